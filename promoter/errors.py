@@ -328,6 +328,23 @@ class TargetDrift(Conflict):
     title = "The repository is not in an authorized old state"
 
 
+class BaseMoved(Conflict):
+    """A run's change was made against a base that no longer is HEAD: the person's HEAD
+    moved (a commit, a checkout) while the run's step ran. The command line's own word
+    for the preflight's or the promotion's ``target_drift`` when HEAD is what drifted."""
+
+    code = "base_moved"
+    title = "HEAD moved since the run began; the change's base no longer is HEAD"
+
+
+class SourceChanged(Conflict):
+    """A file of a sandbox changed while the bundle builder read it (a process of the
+    command still writing): no answer about the change; building again reads it anew."""
+
+    code = "source_changed"
+    title = "A file changed while it was read; nothing was submitted"
+
+
 class LockUnavailable(Conflict):
     code = "lock_unavailable"
     title = "The repository lock could not be taken in time"

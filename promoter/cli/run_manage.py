@@ -8,7 +8,9 @@ steps, and not again once unreachable); a promotion an operator accepted in part
 ``promoter merge`` too) takes the merged promotion's operation, bundle and status, as a
 run's own merge records them, and a step left ``started`` with no process in its sandbox
 reads ``interrupted``; each line shows the status in words (``no changes``, ``command
-failed``: ``status.shown``, as ``--prune`` says it) and the sandbox's size on disk.
+failed``: ``status.shown``, as ``--prune`` says it), with the code that ended a step
+``refused`` or ``interrupted`` when it recorded one (``refused (base_moved)``), and the
+sandbox's size on disk.
 ``prune`` removes, through the safe ``sandbox.remove``, every sandbox whose last step is
 finished (``completed`` or ``no_changes``) and untouched for ``--older-than`` (default:
 any age), and every abandoned one (any other status the host is not still working on,
@@ -177,10 +179,18 @@ def list_sandboxes(state_dir: Path, url: str, token: str | None) -> None:
         home = sandboxes.runs_dir(state_dir) / record.run_id
         console.print(
             f"{record.run_id}  {escape(record.repository)}  {len(record.steps)} step(s), "
-            f"last {shown(status)}  {human(_size(home))}  {record.clone}",
+            f"last {_ended(record, status)}  {human(_size(home))}  {record.clone}",
             soft_wrap=True,
             highlight=False,
         )
+
+
+def _ended(record: sandboxes.RunRecord, status: str) -> str:
+    """``status`` in words, with the code that ended the last step there when it has one:
+    ``refused (base_moved)``, ``interrupted (unauthenticated)``."""
+    last = record.steps[-1] if record.steps else None
+    code = last.code if last is not None and last.status == status else None
+    return shown(status) + (f" ({escape(code)})" if code else "")
 
 
 def _live(home: Path) -> list[int]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from promoter import faults
-from promoter.errors import ConfigError
+from promoter.errors import ConfigError, GrantInvalid
 from promoter.executor import base_cache, layers, upper
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.start_state import StartState, capture_into
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 class RunRecord(Protocol):
     """What this module reads of a run's record (``sandbox.RunRecord``)."""
 
+    run_id: str
     worktree: str
     branch: str
     base_commit: str
@@ -145,9 +146,10 @@ def build(
     ``leave_out``: paths the person chose not to promote (a refused link's)."""
     if record.layout == "overlay":
         if grant.base_tree != record.base_tree:
-            raise ConfigError(
+            raise GrantInvalid(  # a grant made for another base: a refusal of it
                 f"the grant's base_tree {grant.base_tree} is not the sandbox's "
-                f"{record.base_tree}",
+                f"{record.base_tree}: the grant was not made for run {record.run_id}; a new "
+                f"step registers its own: promoter run --continue {record.run_id} -- CMD",
                 base_tree=grant.base_tree,
             )
         box, gitlinks = upper.run_layers(record.clone, record.base_tree)

@@ -62,6 +62,10 @@ class Step:
     base_operation: str | None = None
     confinement: str | None = None  # "bwrap" or "unconfined": how the step's command ran
     left_out: list[str] = field(default_factory=list)  # refused links not in its bundle
+    code: str | None = None
+    """The error code that ended the step ``refused`` or ``interrupted`` (``target_drift``,
+    ``base_moved``, ``unauthenticated``); None otherwise, and in a record written before
+    steps had it. Written only when set (``RunRecord.wire``)."""
 
 
 @record
@@ -96,7 +100,12 @@ class RunRecord:
         return None
 
     def wire(self) -> dict[str, Any]:
+        """The record as ``run.json`` holds it: a step's ``code`` only when set, so that a
+        record with none is byte for byte what a version before the field wrote."""
         fields: dict[str, Any] = as_dict(self)
+        for step in fields["steps"]:
+            if step["code"] is None:
+                del step["code"]
         return fields
 
 
@@ -327,14 +336,22 @@ def load(state_dir: Path, run_id: str) -> RunRecord:
             run_id=run_id,
         ) from exc
     steps = [_step(s) for s in data.pop("steps", [])]
-    return RunRecord(**data, steps=steps)
+    return RunRecord(**_known(RunRecord, data), steps=steps)
+
+
+def _known(cls: type[Step | RunRecord], data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys ``cls`` has no field for: a newer version's additions are
+    ignored, never a reason to refuse the record
+    (docs/decisions/a-step-ends-saying-what-happened.md)."""
+    names: tuple[str, ...] = cls.__match_args__  # made by @record
+    return {key: value for key, value in data.items() if key in names}
 
 
 def _step(data: dict[str, Any]) -> Step:
     """A step as ``run.json`` holds it; its status string read as a ``RunStatus``."""
     status = data.pop("status", RunStatus.STARTED.value)
     try:
-        return Step(**data, status=RunStatus(status))
+        return Step(**_known(Step, data), status=RunStatus(status))
     except ValueError as exc:
         raise ConfigError(f"a run step has an unknown status {status!r}") from exc
 

@@ -68,6 +68,7 @@ _EXEC = "100755"
 _MODES = ("100644", _EXEC, _LINK)
 _START_INDEX = "start-index"
 _TOO_LONG = "File name too long"  # git's reason for a directory too deep to name
+_CUT = (None, _TOO_LONG)  # a name git cut or could not name: not a path to ask about again
 
 log = LazyLogger("promoter.run")
 
@@ -404,8 +405,15 @@ def _capture(
         _refuse_special_over(layout.worktree, entries)
         _refuse_unreadable(layout, base_tree, shadow.unopened)
         if watched is not None and planned is not None and shadow.narrowable:
+            # a folder git could not open is kept a candidate: the narrowed pass names it again
+            unopened = [os.fsencode(p) for p, why in shadow.unopened.items() if why not in _CUT]
             start_watch.record(
-                watched, layout, planned, base_tree, shadow.status_paths, shadow.index_walk
+                watched,
+                layout,
+                planned,
+                base_tree,
+                [*shadow.status_paths, *unopened],
+                shadow.index_walk,
             )
         skipped = shadow.unsupported(entries, symlinks=True)
         skipped.update(_unopened(shadow))

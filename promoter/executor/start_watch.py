@@ -3,7 +3,8 @@
 This module owns ``<state>/starts/<key>-<generation>.json``, a worktree's baselines, one
 per generation of the daemon's watch (each worker process of ``promoter serve`` has its
 own), the ``MAX_BASELINES`` most recently written kept. A baseline holds the paths the
-last seeded status pass named (``SeededShadow.status_paths``), the watch position
+last seeded status pass named (``SeededShadow.status_paths``, and the folders git could
+not open: ``start_state`` passes them, so every narrowed start names them), the watch position
 (generation, clock) asked for *before* that pass began, the base tree it compared with,
 a fingerprint of what outside the worktree changes the answer without an event (the
 index, ``info/exclude``, ``info/attributes``, the repository's config files: device,

@@ -7,7 +7,9 @@ kept only where git would list them untracked (one ``ls-files -o --exclude-stand
 a private scratch repository), then the clone builder's refusals and seal
 (``builder.seal_changes``) (protocol: runs#layered-sandboxes, runs#upper-layer-bundle).
 
-Not here: mounting (``layers.py``), the base (``base_cache.py``), the clone builder
+A blob is read again to be uploaded (fault point ``layer_blob_read``) and compared with
+what was sealed: a file changed in between is ``source_changed``, no answer about the
+change. Not here: mounting (``layers.py``), the base (``base_cache.py``), the clone builder
 (``builder.py``).
 """
 
@@ -23,9 +25,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+from promoter import faults
 from promoter.domain.bundle_records import ChangeRecord, StateLike, StateRecord
 from promoter.domain.paths import disk_path, sort_key, wire_path
-from promoter.errors import ConfigError, PathInvalid, PathUnsafe, RepositoryInvalid
+from promoter.errors import PathInvalid, PathUnsafe, RepositoryInvalid, SourceChanged
 from promoter.executor import base_cache, layers
 from promoter.executor.builder import BlobSource, BuiltBundle, seal_changes
 from promoter.executor.policy import check_paths, printable
@@ -77,6 +80,7 @@ class LayerBlobs:
             return
         digest = hashlib.sha256()
         size = 0
+        faults.point("layer_blob_read")  # a blob read again, to upload it
         fd = os.open(state.source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as handle:
             while chunk := handle.read(_CHUNK):
@@ -84,8 +88,9 @@ class LayerBlobs:
                 size += len(chunk)
                 yield chunk
         if digest.hexdigest() != state.sha256 or size != state.size:
-            raise ConfigError(
-                f"{os.fsdecode(state.source)} changed while the bundle was built; run again"
+            raise SourceChanged(
+                f"{os.fsdecode(state.source)} changed while the bundle was built",
+                path=os.fsdecode(state.source),
             )
 
     def read_blob(self, oid: str) -> bytes:
@@ -101,7 +106,9 @@ def _hash_file(path: bytes, st: os.stat_result) -> tuple[str, str, int]:
     with os.fdopen(fd, "rb") as handle:
         opened = os.fstat(handle.fileno())
         if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
-            raise ConfigError(f"{os.fsdecode(path)} changed while it was read; run again")
+            raise SourceChanged(
+                f"{os.fsdecode(path)} changed while it was read", path=os.fsdecode(path)
+            )
         sha = hashlib.sha256()
         oid = hashlib.sha1(b"blob %d\0" % opened.st_size, usedforsecurity=False)
         size = 0
@@ -110,7 +117,9 @@ def _hash_file(path: bytes, st: os.stat_result) -> tuple[str, str, int]:
             oid.update(chunk)
             size += len(chunk)
     if size != opened.st_size:
-        raise ConfigError(f"{os.fsdecode(path)} changed while it was read; run again")
+        raise SourceChanged(
+            f"{os.fsdecode(path)} changed while it was read", path=os.fsdecode(path)
+        )
     return sha.hexdigest(), oid.hexdigest(), size
 
 

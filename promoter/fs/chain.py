@@ -6,9 +6,12 @@ opened once and each directory below it is reached relative to the previous desc
 mount (told by mount id: protocol: promotion#mount-crossings) or a nested repository
 (protocol: promotion#repository-shape) raises ``PathUnsafe``; a missing directory is a
 ``missing`` leaf to ``read_state`` and ``TargetDrift`` (``missing_parent``) to
-``open_parent``. A ``ParentChain`` re-checks a held chain per component (device, inode,
-mount id) and re-walks only on a difference, with one ``openat2`` beneath the root where
-the kernel has it. Fault point: ``after_mkdir``.
+``open_parent``. A directory whose owner took away their own read, write or search
+permission (``chmod 000 DIR``) is ``PathUnsafe`` too, told from the ``fstat`` each
+component gets anyway: a daemon running as root would otherwise go in. A
+``ParentChain`` re-checks a held chain per component (device, inode, mount id) and
+re-walks only on a difference, with one ``openat2`` beneath the root where the kernel
+has it. Fault point: ``after_mkdir``.
 
 Not here: the root and the walk (``root.py``), changing files (``atomic.py``), the lock
 (``lock.py``), and what a state means for a promotion. Leaf states live in ``leaf.py``.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 import stat
 from typing import Protocol
 
@@ -48,6 +52,7 @@ __all__ = [
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 ON_ANOTHER_MOUNT = "a path crosses a mount (a mount point or a bind mount)"
+_OWNER_RWX = stat.S_IRWXU  # a directory its owner cannot read, write or search is closed
 
 
 def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | None:
@@ -82,6 +87,17 @@ def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | 
     if st.st_dev != root_dev:
         os.close(fd)
         raise PathUnsafe("a directory is on another device (a mount)", path=rel, at=at)
+    if st.st_mode & _OWNER_RWX != _OWNER_RWX:  # the daemon may be root: it would go in
+        os.close(fd)
+        mode = f"{stat.S_IMODE(st.st_mode):03o}"
+        raise PathUnsafe(
+            f"the directory {at!r} is closed to its owner (mode {mode}): nothing is read or "
+            f"written under it; next: open it again (chmod u+rwx {shlex.quote(at)}) and "
+            "promote again",
+            path=rel,
+            at=at,
+            mode=mode,
+        )
     return fd
 
 

@@ -21,7 +21,14 @@ from promoter.domain.status import OperationStatus
 from promoter.errors import ConfigError, PromoterError, all_error_classes
 from promoter.executor import sandbox
 from promoter.executor.run.state import Run
-from promoter.executor.run.status import FINAL, TRANSITIONS, RunStatus, check_move, refusal
+from promoter.executor.run.status import (
+    FINAL,
+    TRANSITIONS,
+    RunStatus,
+    check_move,
+    ending,
+    refusal,
+)
 
 SAVED = "run_record_after_dir_fsync"  # once per durable write of run.json
 EVERY: list[RunStatus | None] = [None, *RunStatus]
@@ -80,11 +87,15 @@ def test_an_unknown_status_is_refused() -> None:
 # code is a definite answer that the change cannot be taken as it is
 NOT_REFUSALS = {
     "address_in_use", "command_failed", "config_error", "confinement_unavailable",
-    "credentials_visible", "database_busy", "database_unavailable", "git_error",
-    "host_fenced", "host_not_allowed", "internal", "interrupted", "ledger_missing",
-    "lock_unavailable", "operation_conflict", "owned_by_other_host", "schema_mismatch",
-    "server_unavailable", "stopped", "storage_error", "too_many_requests", "write_failed",
+    "credentials_visible", "database_busy", "database_unavailable", "forbidden",
+    "git_error", "host_fenced", "host_not_allowed", "internal", "interrupted",
+    "ledger_missing", "lock_unavailable", "operation_conflict", "owned_by_other_host",
+    "schema_mismatch", "server_unavailable", "source_changed", "stopped", "storage_error",
+    "too_many_requests", "unauthenticated", "write_failed",
 }  # fmt: skip
+# of those, the codes that end a step ``interrupted`` with the code recorded: a refused
+# credential (401, 403) or a file changed while the builder read it; nothing was decided
+INTERRUPTING = {"forbidden", "source_changed", "unauthenticated"}
 
 
 def test_a_step_ends_refused_for_a_definite_code_never_an_outage_a_crash_or_ctrl_c() -> None:
@@ -92,9 +103,24 @@ def test_a_step_ends_refused_for_a_definite_code_never_an_outage_a_crash_or_ctrl
     assert {code for code, cls in codes.items() if not refusal(cls("x"))} == NOT_REFUSALS
     refused = {"path_unsafe", "path_invalid", "verification_failed", "symlink_policy"}
     refused |= {"grant_invalid", "grant_expired", "quota_exceeded", "target_drift"}
+    refused |= {"base_moved"}
     assert all(refusal(codes[code]("x")) for code in refused)
     # a code this client does not know (a newer daemon's) is no definite answer
     assert not refusal(PromoterError("x", server_code="a_newer_code", http_status=422))
+
+
+def test_a_step_ends_interrupted_for_a_refused_credential_or_a_file_changed_while_read() -> None:
+    """401/403 say nothing of the change, nor does a file the builder saw change: such a
+    step ends ``interrupted`` (with its code), every other code as ``refusal`` says."""
+    codes = {cls.code: cls for cls in all_error_classes()}
+    ends = {code: ending(cls("x")) for code, cls in codes.items()}
+    assert {code for code, status in ends.items() if status is RunStatus.INTERRUPTED} == (
+        INTERRUPTING
+    )
+    assert {code for code, status in ends.items() if status is None} == (
+        NOT_REFUSALS - INTERRUPTING
+    )
+    assert all(status is RunStatus.REFUSED for c, status in ends.items() if c not in NOT_REFUSALS)
 
 
 LEGACY = [
@@ -152,6 +178,37 @@ def test_an_old_record_loads_and_is_written_back_byte_for_byte(tmp_path: Path) -
     assert all(isinstance(s.status, RunStatus) for s in loaded.steps)
     sandbox.save(tmp_path, loaded)
     assert path.read_bytes() == before
+
+
+def test_a_steps_code_is_written_only_when_set_and_read_back(tmp_path: Path) -> None:
+    """A record without ``code`` (older) reads with None; a step's code set is written and
+    read back; one cleared is not written, so the record is what an older version wrote."""
+    path = _legacy_record(tmp_path, ["started", "started"])
+    before = path.read_bytes()
+    run = Run(tmp_path, sandbox.load(tmp_path, "run_0123456789abcdef"))
+    assert [s.code for s in run.record.steps] == [None, None]
+    run.move(run.record.steps[1], RunStatus.REFUSED, code="base_moved")
+    on_disk = json.loads(path.read_text())
+    assert [s.get("code") for s in on_disk["steps"]] == [None, "base_moved"]
+    assert "code" not in on_disk["steps"][0]
+    again = sandbox.load(tmp_path, "run_0123456789abcdef")
+    assert (again.steps[1].status, again.steps[1].code) == ("refused", "base_moved")
+    run.move(run.record.steps[1], RunStatus.COMPLETED)  # merged and promoted: no code
+    run.record.steps[1].status = RunStatus.STARTED
+    sandbox.save(tmp_path, run.record)
+    assert path.read_bytes() == before
+
+
+def test_a_newer_records_fields_are_ignored_not_refused(tmp_path: Path) -> None:
+    """A field this version does not know (a newer version's), on the run or a step, is
+    ignored: the record reads, as an older version must read this one's ``code``."""
+    path = _legacy_record(tmp_path, ["refused"])
+    record = json.loads(path.read_text())
+    record["a_later_field"] = {"x": 1}
+    record["steps"][0]["a_later_step_field"] = [1, 2]
+    path.write_text(json.dumps(record), encoding="utf-8")
+    loaded = sandbox.load(tmp_path, "run_0123456789abcdef")
+    assert [(s.status, s.code) for s in loaded.steps] == [("refused", None)]
 
 
 def test_a_record_with_an_unknown_status_is_refused_on_load(tmp_path: Path) -> None:

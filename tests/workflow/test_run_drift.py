@@ -366,11 +366,13 @@ def test_a_refused_link_ends_its_step_refused_never_interrupted(
     assert term.finish() == 75, term.text()  # path_unsafe
     record = _record(daemon)
     [step] = record.steps
-    assert (step.status, step.bundle_id) == ("refused", None)
+    assert (step.status, step.bundle_id, step.code) == ("refused", None, "path_unsafe")
     where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
     listed = Terminal([*CLI, "run", "--list", *where], repo, {})
     assert listed.finish() == 0, listed.text()
-    assert f"{record.run_id}  work  1 step(s), last refused  ".encode() in listed.plain
+    assert f"{record.run_id}  work  1 step(s), last refused (path_unsafe)  ".encode() in (
+        listed.plain
+    )
     pruned = Terminal([*CLI, "run", "--prune", *where], repo, {})
     assert pruned.finish() == 0, pruned.text()
     assert f"{record.run_id}  kept: last refused, not abandoned yet\n".encode() in pruned.plain

@@ -81,8 +81,9 @@ def test_a_fifo_the_command_makes_over_a_tracked_file_ends_the_step_refused(
     assert record.layout == layout
     [step] = record.steps
     assert (step.status, step.bundle_id, step.operation_id) == ("refused", None, None)
+    assert step.code == "path_unsafe"
     listed = _listed(daemon.url, daemon.state_dir, repo)
-    assert f"{record.run_id}  work  1 step(s), last refused  ".encode() in listed
+    assert f"{record.run_id}  work  1 step(s), last refused (path_unsafe)  ".encode() in listed
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
 
 
@@ -111,8 +112,9 @@ def test_a_bundle_the_daemon_refuses_ends_the_step_refused(
     record = _record(daemon.state_dir)
     [step] = record.steps
     assert (step.status, step.bundle_id, step.operation_id) == ("refused", None, None)
+    assert step.code == "quota_exceeded"
     listed = _listed(daemon.url, daemon.state_dir, repo)
-    assert f"{record.run_id}  work  1 step(s), last refused  ".encode() in listed
+    assert f"{record.run_id}  work  1 step(s), last refused (quota_exceeded)  ".encode() in listed
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
 
 
@@ -146,7 +148,12 @@ def test_a_daemon_killed_before_the_submission_leaves_the_step_interrupted(
     assert b"error [server_unavailable] cannot reach the promoter server at " in term.plain
     record = _record(state_dir)
     [step] = record.steps
-    assert (step.status, step.bundle_id, step.operation_id) == ("started", None, None)
+    assert (step.status, step.bundle_id, step.operation_id, step.code) == (
+        "started",
+        None,
+        None,
+        None,
+    )
     listed = _listed(daemon.url, state_dir, repo)
     assert f"{record.run_id}  work  1 step(s), last interrupted  ".encode() in listed
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before

@@ -11,6 +11,7 @@ needs no timing. Exit statuses are those of the real CLI, run as a process.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -437,6 +438,34 @@ def test_a_tracked_directory_the_person_made_mode_000_is_named_with_what_to_do(
     finally:
         (repo / "src").chmod(0o755)
     assert (repo / "src" / "app.py").read_bytes() == FILES["src/app.py"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run as a person who cannot read")
+@pytest.mark.parametrize("layout", ["copy", "overlay"])
+def test_every_start_names_an_untracked_folder_the_person_cannot_read(
+    daemon: Daemon, repo: Path, layout: str
+) -> None:
+    """The person's untracked folder ``private`` is mode 000: git, as the person, cannot
+    open it while it lists untracked files. The first start reads the whole worktree and
+    names it; the next ones are narrowed by the daemon's watch (nothing changed since),
+    and each names it too: what it holds is never in a sandbox unsaid. Shut out as in
+    ``SHUT_OUT``."""
+    (repo / "private").mkdir()
+    (repo / "private" / "secret.txt").write_bytes(b"the person's\n")
+    (repo / "private").chmod(0)
+    named = b"\n  private: git could not open it (Permission denied): what it holds is not in "
+    named += b"the sandbox\n"
+    try:
+        for start in range(3):
+            done = _from_the_repo(daemon, repo, "--yes", "--", "true", layout=layout, shut_out=True)
+            assert done.returncode == 0, done.stderr
+            assert named in done.stdout + done.stderr, (start, done.stdout + done.stderr)
+        # the baseline the narrowed starts read keeps the folder among its candidates
+        kept = [json.loads(b.read_bytes()) for b in (daemon.state_dir / "starts").iterdir()]
+        assert [b"private".hex() in doc["dirty"] for doc in kept] == [True]
+    finally:
+        (repo / "private").chmod(0o755)
+    assert (repo / "private" / "secret.txt").read_bytes() == b"the person's\n"
 
 
 def _from_the_repo(

@@ -175,8 +175,11 @@ def read_back(layout: RepoLayout, root: Root, grant: GrantV1, bundle: PatchBundl
     with closing(Directories.for_reads(root)) as directories:
         _read_paths(result, directories, bundle, actual_index, wanted_index, blocked)
     if result.unsafe:
+        first = next(p for p in result.paths if p.path == result.unsafe[0])
+        more = f" and {len(result.unsafe) - 1} more" if len(result.unsafe) > 1 else ""
         raise PathUnsafe(
-            "a target is unsafe to touch; nothing was written",
+            f"a target is unsafe to touch ({first.path}{more}: {'; '.join(first.reasons)}); "
+            "nothing was written",
             paths=result.unsafe,
             drift_report=result.report().wire(),
         )

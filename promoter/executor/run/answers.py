@@ -7,7 +7,8 @@ the sandbox gets to build against that state and to leave word of its own submis
 the adoption of the bundle the agent submitted (``agent_bundle``: promoted instead of a
 new one only when the sandbox, rebuilt with the same creation time, gives the very same
 ``bundle_sha256``), and a refusal a person can act on (every drifted path with what it
-reads now and what was expected, and the next command to try).
+reads now and what was expected, or how HEAD moved: ``base_moved``, and the next command
+to try).
 
 Deliberately not here: registering grants, promoting, or deciding anything the host
 decides; the pointer file an agent writes is never trusted for content.
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from promoter.client.sync import PromoterClient
 from promoter.domain.hidden import visible
-from promoter.errors import PromoterError, error_class
+from promoter.errors import BaseMoved, PromoterError, error_class
 from promoter.executor import layers
 from promoter.executor.run.person import Person, escape
 
@@ -200,6 +201,22 @@ def drift_report(
     return report
 
 
+def moved(report: Mapping[str, Any]) -> str | None:
+    """How HEAD moved (``from abc123456789 to def123456789``; its branch or tree when
+    those are what differ) when a preflight's or a refused promotion's read-back says the
+    repository is not at the grant's base; None when it is (only paths drifted)."""
+    facts = report.get("repository") or {}
+    for name in ("head", "branch", "tree"):
+        fact = facts.get(name) or {}
+        if not fact.get("ok", True):
+            what = "" if name == "head" else f"(its {name}) "
+            cut = None if name == "branch" else 12  # a commit or tree by its prefix
+            was, now = fact.get("expected"), fact.get("actual")
+            shown = visible(str(now)[:cut]) if now else "nothing"
+            return f"{what}from {visible(str(was)[:cut])} to {shown}"
+    return None
+
+
 def refusal(
     preflight: Mapping[str, Any],
     record: sandboxes.RunRecord,
@@ -210,11 +227,18 @@ def refusal(
 ) -> PromoterError:
     """The preflight's refusal as an error naming every drifted path, told as well unless
     ``told`` (the drift was shown above a question the person declined)."""
-    report = drift_report(preflight, person, tell=not told)
     nxt = (
         "start again from your files as they are now: "
         f"promoter run --repo {record.repository} -- CMD"
     )
+    if (base := moved(preflight)) is not None:
+        return BaseMoved(
+            f"{record.repository}'s HEAD moved {base} since run {record.run_id} began: its "
+            "change was made against a base that no longer is HEAD; nothing was written; "
+            f"next: {nxt}",
+            bundle_id=bundle_id,
+        )
+    report = drift_report(preflight, person, tell=not told)
     detail = str(preflight.get("detail") or "the preflight refused the promotion")
     if report:
         named = ", ".join(visible(item["path"]) for item in report)

@@ -188,12 +188,11 @@ def _refused(
 ) -> PromoterError:
     """The refused promotion as the preflight's refusal: every drifted path (unless
     ``told`` above the question the person declined), the next step."""
-    run.move(step, RunStatus.REFUSED)
+    base = answers.moved(report)
+    run.move(step, RunStatus.REFUSED, code="target_drift" if base is None else "base_moved")
     operation_id = str(view["operation_id"])
-    person.warn(
-        f"operation {escape(operation_id)} was refused: nothing was written "
-        f"(the merge later: promoter merge {escape(operation_id)})"
-    )
+    later = "" if base else f" (the merge later: promoter merge {escape(operation_id)})"
+    person.warn(f"operation {escape(operation_id)} was refused: nothing was written{later}")
     preflight = {**report, "code": "target_drift", "detail": view.get("detail")}
     return answers.refusal(preflight, run.record, str(step.bundle_id), person, told=told)
 

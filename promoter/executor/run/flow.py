@@ -44,7 +44,7 @@ from promoter.executor.run import answers, drift, links
 from promoter.executor.run.merged import followed
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
-from promoter.executor.run.status import refusal, shown
+from promoter.executor.run.status import ending, shown
 from promoter.git.layout import RepoLayout, discover
 
 if TYPE_CHECKING:
@@ -138,6 +138,7 @@ class Outcome:
                     "base_operation": s.base_operation,
                     "confinement": s.confinement,
                     "left_out": list(s.left_out),
+                    "code": s.code,
                 }
                 for s in record.steps
             ],
@@ -625,14 +626,36 @@ def _refused(run: Run, current: sandboxes.Step) -> Iterator[None]:
     """The one place a step's bundle is refused, from the command's end until the bundle
     is at the host: the builder's refusal, or the host's answer to the bundle, that is a
     refusal (``status.refusal``: a definite answer about the change) moves the step, still
-    ``started``, to ``refused`` before it is raised; any other error (a crash, a daemon
-    not reached) leaves it ``started``, which ``run --list`` calls ``interrupted``."""
+    ``started``, to ``refused`` before it is raised; a refused credential or a file
+    changed while read moves it to ``interrupted`` (``status.ending``), raised naming the
+    next command; either records the code. Any other error (a crash, a daemon not
+    reached) leaves it ``started``, which ``run --list`` calls ``interrupted``."""
     try:
         yield
     except PromoterError as exc:
-        if current.status is RunStatus.STARTED and refusal(exc):
-            run.move(current, RunStatus.REFUSED)  # nothing submitted, nothing runs
+        status = ending(exc) if current.status is RunStatus.STARTED else None
+        if status is not None:  # nothing submitted, nothing runs
+            run.move(current, status, code=exc.code)
+        if status is RunStatus.INTERRUPTED:  # nothing was decided: say what to do
+            raise _retry(exc, run) from exc
         raise
+
+
+def _retry(error: PromoterError, run: Run) -> PromoterError:
+    """``error`` (a refused credential, a file changed while read) with what was kept
+    and the next command: the step again in its sandbox, with a credential that is let
+    in for a refused one."""
+    record = run.record
+    again = f"promoter run --continue {record.run_id}{_keep(run)} -- true"
+    if error.code == "source_changed":
+        nxt = f"build and offer it again once the command's processes are done: {again}"
+    else:
+        nxt = f"with a credential the daemon accepts, build and offer it again: {again}"
+    return type(error)(
+        f"{error.detail}; nothing was decided about the change; the sandbox is kept: "
+        f"{record.clone}; {nxt}",
+        **error.context,
+    )
 
 
 def _carried_diff(carried: Promoted | None, bundle_id: str) -> wire.BundleDiffView | None:
@@ -732,8 +755,11 @@ def promote(
     caller = functools.cache(orch.whoami)
     gate = functools.cache(lambda: _gate(orch, record.repository, grant, person, caller))
 
+    if drifted and answers.moved(preflight) is not None:  # no merge mends a base gone
+        run.move(current, RunStatus.REFUSED, code="base_moved")
+        raise answers.refusal(preflight, record, current.bundle_id, person)
     if drifted:  # a drift a merge can mend is offered the merge (drift.py)
-        run.move(current, RunStatus.PREFLIGHT_REFUSED)
+        run.move(current, RunStatus.PREFLIGHT_REFUSED, code=str(preflight.get("code")))
         consent = drift.offer(preflight, record, current.bundle_id, person, gate=gate)
     else:
         consent = person.approve(unseen or [], gate=gate())
@@ -777,7 +803,8 @@ def promote(
     if merged is None:
         return
     view = merged
-    run.move(current, str(view["status"]))
+    refused = view["status"] == RunStatus.REFUSED and view.get("code")
+    run.move(current, str(view["status"]), **({"code": str(refused)} if refused else {}))
     if current.status is not RunStatus.COMPLETED:
         raise error_class(str(view.get("code") or "internal"))(
             f"operation {current.operation_id} is {shown(current.status)}: "

@@ -80,8 +80,11 @@ class Run:
 
     def move(self, step: Step, status: str, **fields: Any) -> None:
         """Move ``step`` to ``status`` with ``fields`` set; saved once, or not at all when
-        neither the status nor a field changed."""
+        neither the status nor a field changed. A move to another status clears the code
+        of the last one unless ``fields`` names one."""
         new = check_move(step.status, status)
+        if new != step.status and "code" not in fields:
+            fields["code"] = None  # a code says why the step ended where it was, no further
         changed = new != step.status or any(getattr(step, k) != v for k, v in fields.items())
         step.status = new
         for key, value in fields.items():

@@ -9,7 +9,8 @@ go next (``None``: a new step); ``check_move`` is the one check (``state.Run.mov
 makes every move through it). ``shown`` is a status as a person reads it (``no changes``,
 ``approved in part``); ``run.json`` and ``--json`` keep the codes. ``refusal`` says which
 errors met between a step's command and its bundle at the host end the step ``refused``
-(docs/decisions/a-refused-bundle-ends-its-step-refused.md).
+(docs/decisions/a-refused-bundle-ends-its-step-refused.md), ``ending`` which end it
+``interrupted`` instead (a refused credential, a file changed while read).
 
 Deliberately not here: what makes a step move (``flow.py``), saving the record
 (``state.py``, ``promoter.executor.sandbox``). Pure: no I/O.
@@ -22,7 +23,17 @@ from enum import StrEnum
 from promoter.domain.status import OperationStatus
 from promoter.errors import ConfigError, PromoterError
 
-__all__ = ["FINAL", "PROMOTABLE", "TRANSITIONS", "RunStatus", "check_move", "refusal", "shown"]
+__all__ = [
+    "FINAL",
+    "INTERRUPTING",
+    "PROMOTABLE",
+    "TRANSITIONS",
+    "RunStatus",
+    "check_move",
+    "ending",
+    "refusal",
+    "shown",
+]
 
 
 class RunStatus(StrEnum):
@@ -109,20 +120,37 @@ def shown(status: str) -> str:
 
 
 # answers in the 4xx family that say nothing of the change: ask again (a lock held, a
-# race lost, a fenced host's stand-down) or elsewhere (421: another host; 429: later)
-_NO_ANSWER = frozenset({"lock_unavailable", "operation_conflict", "host_fenced"})
+# race lost, a fenced host's stand-down, a file still being written) or elsewhere (421:
+# another host; 429: later)
+_NO_ANSWER = frozenset({"lock_unavailable", "operation_conflict", "host_fenced", "source_changed"})
+# answers that end a step ``interrupted`` with their code: the credential refused (401,
+# 403: a token revoked or expired), or a file that changed while the builder read it;
+# nothing was decided about the change (docs/decisions/a-step-ends-saying-what-happened.md)
+INTERRUPTING = frozenset({"unauthenticated", "forbidden", "source_changed"})
 
 
 def refusal(error: PromoterError) -> bool:
     """Whether ``error``, met after a step's command ended and before its bundle is at
     the host, ends the step ``refused``: a definite answer that the change cannot be
     taken as it is, the builder's code or the host's problem answer about the bundle,
-    its grant, lease or quota (a 4xx code but those of ``_NO_ANSWER``, 421 and 429; and
-    ``quota_exceeded``). Never a crash (``internal``, an unknown code), an outage (a
-    503, ``storage_error``), a daemon not reached (``server_unavailable``) or
+    its grant, lease or quota (a 4xx code but 401, 403, those of ``_NO_ANSWER``, 421 and
+    429; and ``quota_exceeded``). Never a crash (``internal``, an unknown code), an outage
+    (a 503, ``storage_error``), a daemon not reached (``server_unavailable``) or
     ``interrupted``: such a step stays ``started``, and ``run --list`` says
-    ``interrupted``."""
+    ``interrupted``; nor a refused credential (``INTERRUPTING``: see ``ending``)."""
     if error.code == "quota_exceeded":
         return True
     status = error.http_status
-    return 400 <= status < 500 and status not in (421, 429) and error.code not in _NO_ANSWER
+    return (
+        400 <= status < 500 and status not in (401, 403, 421, 429) and error.code not in _NO_ANSWER
+    )
+
+
+def ending(error: PromoterError) -> RunStatus | None:
+    """The status ``error`` ends a step in, still ``started``, between its command's end
+    and its bundle at the host: ``refused`` for a refusal, ``interrupted`` for a refused
+    credential or a file changed while read (``INTERRUPTING``), None for anything else
+    (the step stays ``started``). The step records ``error.code`` with it."""
+    if error.code in INTERRUPTING:
+        return RunStatus.INTERRUPTED
+    return RunStatus.REFUSED if refusal(error) else None
