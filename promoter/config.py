@@ -142,6 +142,9 @@ class Settings(BaseSettings):
     log_level: str = "info"
     # This daemon's host in a ledger shared by many hosts (default: from the machine id).
     host_id: str | None = Field(default=None, min_length=1, max_length=200)
+    # The host whose state directory this daemon shares as its replacement (it takes that
+    # host's work over once it is fenced); a state directory is otherwise one host's.
+    replaces_host: str | None = Field(default=None, min_length=1, max_length=200)
     # The base URL clients and the other hosts reach this daemon at, published in the
     # ledger (421 answers name it); default: the address it listens on.
     public_url: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+/?$")

@@ -1,20 +1,31 @@
 """Shared fixtures: under PostgreSQL the test's own database (made by
 ``tests.support.databases``, which this file only wires in; under SQLite,
 ``tests.support.sqlite_template`` gives daemons a migrated file), and the family of
-repositories, daemons and bubblewrap of ``tests.support.fixtures``, registered here."""
+repositories, daemons and bubblewrap of ``tests.support.fixtures``, registered here. A
+session with a suite variable it does not read stops at its start
+(``tests.support.suite_variables``)."""
 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support import databases, sqlite_template
+from tests.support import databases, sqlite_template, suite_variables
 
 pytest_plugins = ["tests.support.fixtures"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A ``PROMOTER_TEST_*`` or ``PROMOTER_REQUIRE_*`` variable the suite does not read ends
+    the session before any test runs (``tests.support.suite_variables``)."""
+    refused = suite_variables.refusal(os.environ)
+    if refused is not None:
+        pytest.exit(refused, returncode=pytest.ExitCode.USAGE_ERROR)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

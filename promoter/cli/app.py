@@ -188,7 +188,7 @@ def serve(
     # the port first: a taken one is refused before a migration or a key publication
     sock = listen(settings.host, settings.port)
     logs.configure(fmt, settings.log_level)
-    services = daemon_services(settings)
+    services = daemon_services(settings, claim=True)  # the state directory is this host's
     import logging  # the daemon's only: a client command loads none of it
 
     started = logging.getLogger("promoter.serve")

@@ -86,11 +86,22 @@ def fence(
     url: UrlOpt = None,
     token_file: TokenFileOpt = None,
 ) -> None:
-    """Fence a host whose leases all ran out and hand its operations to --to (operator)."""
+    """Fence a host whose leases all ran out and hand its operations to --to (operator).
+
+    A host fenced already to --to is left as it is (the answer says so, exit 0); to
+    another host it is handover_refused."""
     with _client(url, token_file) as client:
         fenced = client.fence_host(host, to)
     if json_output:
         _emit(fenced)
+        return
+    if fenced.get("already"):  # asked again (a fence whose answer timed out): the first one's
+        console.print(
+            f"host {fenced['host']} was fenced already, at epoch {fenced['epoch']} by "
+            f"{fenced['fenced_by']} at {fenced['fenced_at']}; its "
+            f"{len(fenced['operations'])} operations were handed to {fenced['to']} then: "
+            "nothing changed"
+        )
         return
     console.print(
         f"host {fenced['host']} fenced at epoch {fenced['epoch']} by {fenced['fenced_by']}; "

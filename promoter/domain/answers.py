@@ -179,6 +179,7 @@ class Fenced(TypedDict):
     fenced_by: str
     fenced_at: str
     operations: list[str]
+    already: NotRequired[bool]
 
 
 class FileDiffView(TypedDict):

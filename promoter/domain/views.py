@@ -471,6 +471,11 @@ class Fenced(Reply):
     fenced_by: str
     fenced_at: str
     operations: list[str] = Field(description="the operations handed to `to`")
+    already: bool = Field(
+        default=False,
+        description="the host was fenced already, to `to`: this answer is that fence's, "
+        "nothing changed",
+    )
 
 
 class MergeSide(Reply):

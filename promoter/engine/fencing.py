@@ -195,6 +195,8 @@ def fence(db: Database, host_id: str, to: str, *, by: str) -> Fenced:
             raise HostUnknown(f"no host {host_id!r} is registered", host=host_id)
         if to == host_id:
             raise HandoverRefused("a host cannot take over its own operations", host=host_id)
+        if row.status == hosts.FENCED:
+            return _fenced_already(session, row, to, by=by)
         target = hosts.get(session, to)
         if target is None:
             raise HostUnknown(f"no host {to!r} is registered to take over", host=to)
@@ -238,7 +240,42 @@ def fence(db: Database, host_id: str, to: str, *, by: str) -> Fenced:
         to,
     )
     return Fenced.model_construct(
-        host=host_id, epoch=epoch, to=to, fenced_by=by, fenced_at=at, operations=ids
+        host=host_id, epoch=epoch, to=to, fenced_by=by, fenced_at=at, operations=ids, already=False
+    )
+
+
+def _fenced_already(session: Session, row: hosts.Host, to: str, *, by: str) -> Fenced:
+    """A fence of a host that is fenced already: the fence on record, nothing changed
+    (the same handover asked again, say by a fence whose answer timed out), or
+    ``handover_refused`` for another host (the operations are the first one's now)."""
+    if row.fenced_to != to:
+        raise HandoverRefused(
+            f"host {row.host_id} is fenced already (epoch {row.epoch}, by {row.fenced_by} at "
+            f"{row.fenced_at}) and its operations were handed to {row.fenced_to}; nothing "
+            f"changed: to move them, fence {row.fenced_to} once it is dead",
+            host=row.host_id,
+            to=to,
+            fenced_to=row.fenced_to,
+            epoch=row.epoch,
+        )
+    recorded = hosts.fences(session, row.host_id)
+    operations = list(recorded[-1]["operations"]) if recorded else []
+    log.info(
+        "host %s is fenced already (epoch %d, handed to %s); the fence %s asked again "
+        "changed nothing",
+        row.host_id,
+        row.epoch,
+        row.fenced_to,
+        by,
+    )
+    return Fenced.model_construct(
+        host=row.host_id,
+        epoch=row.epoch,
+        to=to,
+        fenced_by=row.fenced_by or by,
+        fenced_at=row.fenced_at or "",
+        operations=operations,
+        already=True,
     )
 
 

@@ -38,7 +38,7 @@ from promoter.fs.start_watch import StartWatch
 from promoter.git import tree_reader
 from promoter.git.shadow_watch import SnapshotWatch
 from promoter.store import db as dbmod
-from promoter.store import journal
+from promoter.store import journal, state_host
 from promoter.store.audit import AuditStore
 from promoter.store.blobs import BlobStore
 from promoter.store.credentials import Authenticator, Role, ensure_trusted_tokens
@@ -158,14 +158,18 @@ def prepare_state_dir(state_dir: Path) -> None:
         raise PermissionError(f"state directory {state_dir} is not writable")
 
 
-def build_services(settings: Settings, *, migrate: bool = True) -> Services:
+def build_services(settings: Settings, *, migrate: bool = True, claim: bool = False) -> Services:
     """The wired services; the daemon checks its webhook targets first
-    (``promoter.adapters.webhooks.daemon_services``)."""
+    (``promoter.adapters.webhooks.daemon_services``). ``claim`` (``promoter serve``'s
+    start, not its workers'): the state directory is this host's, or the start refuses
+    (``promoter.store.state_host``)."""
     # each repository found first: one that is not refuses before anything is made
     registry = Registry.from_settings(settings)
+    host_id = settings.host_id or machine_host_id()
+    if claim:  # another host's state directory refuses before anything is made
+        state_host.claim(settings.state_dir, host_id, replaces=settings.replaces_host)
     prepare_state_dir(settings.state_dir)
     openat2.choose(settings.chain_recheck_openat2)  # process-wide, as the fs layer is
-    host_id = settings.host_id or machine_host_id()
     server = dbmod.ServerOptions(
         connect_timeout=settings.database_connect_timeout,
         lock_timeout=settings.database_lock_timeout,

@@ -16,13 +16,11 @@ Not here: queries.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import functools
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -30,7 +28,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
-from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
@@ -64,6 +61,7 @@ from promoter.errors import (
 )
 from promoter.fs import flush
 from promoter.store import write_queue
+from promoter.store.password_hiding import hidden
 
 log = logging.getLogger("promoter.store")
 
@@ -83,8 +81,6 @@ STATEMENT_FAILED = (
     "the database refused or could not carry out a statement of this request; "
     "its message is in the daemon's log"
 )
-_WRITTEN_PASSWORD = re.compile(r"[^:/]+://[^:@/]*:([^@/]*)@")  # a URL's password as written
-_PASSWORD_SETTING = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 
 
 def _sqlite_pragmas(busy_timeout: float) -> Any:
@@ -249,7 +245,7 @@ def translate(
     if unreachable(exc):  # the driver's words name the server: the log's, not the caller's
         (outages or OutageLog()).note(_reason(exc, url))
         return DatabaseUnavailable(UNANSWERED)
-    log.error("a database statement failed: %s", _hidden(str(exc), url))
+    log.error("a database statement failed: %s", hidden(str(exc), url))
     return StorageError(STATEMENT_FAILED)
 
 
@@ -283,29 +279,13 @@ def _reason(exc: SQLAlchemyError, url: str | None) -> str:
     any ``password=`` of a connection string."""
     orig = getattr(exc, "orig", None)
     text = str(orig if orig is not None else exc).strip()
-    return _hidden((text.splitlines() or [exc.__class__.__name__])[0][:200], url)
-
-
-def _hidden(text: str, url: str | None) -> str:
-    """``text`` with ``url`` and its password hidden, the password both as written in the
-    URL (%-encoded) and decoded, and any ``password=`` of a connection string."""
-    parsed = None
-    with contextlib.suppress(ArgumentError):
-        parsed = make_url(url) if url else None
-    if url and parsed is not None and parsed.password:
-        text = text.replace(url, parsed.render_as_string(hide_password=True))
-        written = _WRITTEN_PASSWORD.match(url)
-        forms = {str(parsed.password), quote(str(parsed.password), safe="")}
-        forms |= {written.group(1)} if written else set()
-        for form in sorted(forms - {""}, key=len, reverse=True):
-            text = text.replace(form, "***")
-    return _PASSWORD_SETTING.sub(r"\1***", text)
+    return hidden((text.splitlines() or [exc.__class__.__name__])[0][:200], url)
 
 
 def failed(what: str, exc: SQLAlchemyError, url: str) -> StorageError:
     """``what`` failed, said with the driver's message, ``url``'s password hidden (a
     migration's or a schema check's failure, told to the operator who ran it)."""
-    return StorageError(f"{what}: {_hidden(str(exc), url)}")
+    return StorageError(f"{what}: {hidden(str(exc), url)}")
 
 
 def alembic_config(url: str) -> Config:

@@ -84,6 +84,7 @@ def _expected(state: Path, request: dict[str, object], op_id: str) -> set[str]:
         "credentials/host-keys.json",
         "snapshots/",
         "quota/",
+        "host-id",  # the host the directory belongs to, recorded at the first start
     }
     names |= {f"audit/blobs/sha256/{h[:2]}/" for h in blobs}
     names |= {f"audit/blobs/sha256/{h[:2]}/{h}" for h in blobs}

@@ -2,7 +2,8 @@
 
 Two daemons on one ledger (the suite's PostgreSQL database, else one SQLite file), with
 distinct host ids, sharing one worktree and one state directory on this machine (the
-replacement on the same machine, protocol: hosts#fencing). Host A runs with a one-second owner
+replacement on the same machine, protocol: hosts#fencing: B is started with
+``replaces_host`` naming A, whose state directory it is). Host A runs with a one-second owner
 lease, so once its heartbeat stops its leases run out without a setting on B: the test
 waits for the condition the daemons report (``lease_expired``), never for a time.
 
@@ -96,6 +97,8 @@ class Ledger:
             # a key two hosts publish)
             "PROMOTER_SIGNING_KEY_DIR": str(self.state.parent / f"signing-{name}"),
         }
+        if state is None and name != "a":  # A's replacement, on A's state directory
+            extra["PROMOTER_REPLACES_HOST"] = "host-a"
         daemon = DaemonProcess(
             state or self.state,
             {"work": self.repo} if repos is None else repos,

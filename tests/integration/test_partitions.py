@@ -82,6 +82,8 @@ class Fleet:
                 "PROMOTER_HOST_ID": f"host-{name}",
                 "PROMOTER_DATABASE_URL": url,
                 "PROMOTER_SIGNING_KEY_DIR": str(self.tmp / f"signing-{name}"),
+                # A's replacement shares A's state directory
+                **({} if name == "a" else {"PROMOTER_REPLACES_HOST": "host-a"}),
                 **env,
             },
         )

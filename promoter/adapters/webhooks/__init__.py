@@ -21,10 +21,10 @@ from promoter.engine.services import Services, build_services
 __all__ = ["Dispatcher", "WebhookGauges", "check_configured", "daemon_services", "start"]
 
 
-def daemon_services(settings: Settings, *, migrate: bool = True) -> Services:
+def daemon_services(settings: Settings, *, migrate: bool = True, claim: bool = False) -> Services:
     """``build_services``, after refusing a webhook target the policy refuses as written."""
     check_configured(settings)  # a refused webhook target stops the start, with its code
-    return build_services(settings, migrate=migrate)
+    return build_services(settings, migrate=migrate, claim=claim)
 
 
 def start(services: Delivering, metrics: CollectorRegistry) -> Dispatcher | None:

@@ -39,6 +39,7 @@ FENCE_EXAMPLE = {
     "fenced_by": "operator",
     "fenced_at": "2026-12-05T10:00:00Z",
     "operations": ["op_df01bd2f8d2ade055f2b18ab3e4824e0"],
+    "already": False,
 }
 HOST_EXAMPLE = {
     "host_id": "host-a",
@@ -113,7 +114,9 @@ async def get_hosts(_: OrchestratorDep, services: Port[Routing]) -> Response:
         "and hands its unfinished operations, as `needs_recovery`, to the daemon host `to`, "
         "which must be another host, registered, active and configured for their "
         "repositories (`handover_refused`: to itself or to a fenced host even while the host "
-        "is live); that daemon recovers them.",
+        "is live); that daemon recovers them. A host fenced already is left as it is: to "
+        "the same `to`, the answer is that fence's with `already: true` (asking again is "
+        "safe); to another host, `handover_refused` naming `fenced_to`.",
         tags=["operator"],
         roles=OPERATOR,
         errors=["host_unknown", "host_live", "handover_refused", "database_busy"],

@@ -1,0 +1,67 @@
+"""The host a state directory belongs to: ``<state_dir>/host-id``, one line, promoter's own.
+
+A state directory holds one host's bundle documents, blobs, receipts and keys, and the
+ledger binds each bundle to the host that took it (a 421 names that host for another's).
+Two daemons of different hosts on one directory each found the other's bundles on disk
+and served them (200, never 421), and each swept the other's temps at its start.
+
+``claim`` runs at ``promoter serve``'s start: it records the host id when the directory
+has none (``write_new``: of two daemons starting at once exactly one records), and
+refuses (``config_error``, nothing changed) a daemon of another host, naming both and
+what to do. The workers of one ``serve --workers N`` are one host and are never asked.
+A daemon configured as the recorded host's replacement (``replaces_host``: it takes that
+host's work over once it is fenced, and must read its documents) is let in; the record
+stays the first host's.
+
+Deliberately not here: which host id a daemon has (``promoter.config``, the machine id by
+default), and the ledger (a state directory is not a host's row; a fence is).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from promoter.errors import ConfigError
+from promoter.store.durable import make_dirs, write_new
+
+FILE = "host-id"
+
+
+def recorded(state_dir: Path) -> str | None:
+    """The host id the state directory records, or None when it records none yet."""
+    try:
+        text = (state_dir / FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{state_dir / FILE} cannot be read: {exc}") from exc
+    return text.strip()
+
+
+def claim(state_dir: Path, host_id: str, *, replaces: str | None = None) -> None:
+    """Record ``host_id`` as the state directory's host, or check the one recorded."""
+    found = recorded(state_dir)
+    if found is None:
+        make_dirs(state_dir, mode=0o700)
+        if write_new(state_dir / FILE, f"{host_id}\n".encode(), mode=0o444):
+            return
+        found = recorded(state_dir)  # another daemon recorded first: compare with its
+    if found == host_id or (replaces is not None and found == replaces):
+        return
+    where = state_dir.resolve()
+    if not found:
+        raise ConfigError(
+            f"{where / FILE} names no host: write the id of the host this state directory "
+            "belongs to into it (a daemon records its own when the file is absent)"
+        )
+    raise ConfigError(
+        f"state directory {where} belongs to host {found} (recorded in {where / FILE}); "
+        f"this daemon is host {host_id}, and two hosts on one state directory serve each "
+        f"other's bundles and sweep each other's temps. Start it as {found} "
+        f"(--host-id {found}), give {host_id} a state directory of its own (--state-dir), "
+        f"or, for {found}'s replacement that takes its work over once it is fenced, set "
+        f'replaces_host = "{found}" (docs/operator/many-hosts.md)',
+        state_dir=str(where),
+        recorded_host=found,
+        host=host_id,
+    )

@@ -1,0 +1,145 @@
+"""A state directory is one host's: `promoter serve` of another host refuses to start on it.
+
+Two daemons of different hosts on one state directory each found the other's bundle
+documents on disk and served them (200 where the ledger says 421 ``owned_by_other_host``),
+and each swept the other's temps at its start. The first ``serve`` records its host id
+in ``<state_dir>/host-id``; a daemon of another host then stops with ``config_error``
+(78) naming both hosts and what to do, before it makes anything. The same host (another
+process, or the workers of ``serve --workers 2``) starts; so does a replacement configured
+with ``replaces_host`` naming the recorded host (a fence's handover). A daemon started
+without ``--host-id`` records the machine's id, and one with another id is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from promoter.engine.ownership import machine_host_id
+from tests.support.process import DaemonProcess
+
+pytestmark = pytest.mark.slow  # daemons as processes
+
+
+@pytest.fixture
+def started() -> Iterator[list[DaemonProcess]]:
+    daemons: list[DaemonProcess] = []
+    try:
+        yield daemons
+    finally:
+        for daemon in daemons:
+            daemon.kill()
+
+
+def _serve(state: Path, host_id: str | None, **extra: str) -> subprocess.CompletedProcess[str]:
+    """``promoter serve`` on ``state`` as ``host_id`` (None: the machine's), expected to
+    end by itself (bounded)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PROMOTER_") or k == "PROMOTER_DATABASE_URL"
+    }
+    env.update({"PROMOTER_WORKERS": "1", **extra})
+    if host_id is not None:
+        env["PROMOTER_HOST_ID"] = host_id
+    argv = [sys.executable, "-m", "promoter.cli.main", "serve", "--state-dir", str(state)]
+    return subprocess.run(
+        [*argv, "--port", "0"], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def _names(state: Path) -> set[str]:
+    """Every name under the state directory but the SQLite database's own files."""
+    return {
+        str(path.relative_to(state))
+        for path in state.rglob("*")
+        if not path.name.startswith("promoter.db")
+    }
+
+
+def _refusal(state: Path, recorded: str, host: str) -> str:
+    where = state.resolve()
+    return (
+        f"error [config_error] state directory {where} belongs to host {recorded} (recorded "
+        f"in {where / 'host-id'}); this daemon is host {host}, and two hosts on one state "
+        "directory serve each other's bundles and sweep each other's temps. Start it as "
+        f"{recorded} (--host-id {recorded}), give {host} a state directory of its own "
+        f"(--state-dir), or, for {recorded}'s replacement that takes its work over once it "
+        f'is fenced, set replaces_host = "{recorded}" (docs/operator/many-hosts.md)\n'
+    )
+
+
+def test_a_second_host_on_a_state_directory_refuses_to_start_and_changes_nothing(
+    tmp_path: Path, started: list[DaemonProcess]
+) -> None:
+    state = tmp_path / "state"
+    a = DaemonProcess(state, {}, extra_env={"PROMOTER_HOST_ID": "host-a"})
+    started.append(a)
+    before = _names(state)
+
+    refused = _serve(state, "host-b")  # it once started, and served A's bundles
+    assert refused.returncode == 78, refused.stderr
+    assert refused.stderr.endswith(_refusal(state, "host-a", "host-b")), refused.stderr
+    assert _names(state) == before
+    assert (state / "host-id").read_text() == "host-a\n"
+    with a.client("operator") as operator:  # A serves on, the only host of its ledger
+        hosts = operator.get("/v1/hosts").json()["hosts"]
+    assert [h["host_id"] for h in hosts] == ["host-a"]
+
+
+def test_the_machines_default_id_is_recorded_and_another_id_refused(
+    tmp_path: Path, started: list[DaemonProcess]
+) -> None:
+    state = tmp_path / "state"
+    first = DaemonProcess(state, {})  # no host id: the machine's
+    first.kill()
+    machine = machine_host_id()
+    assert (state / "host-id").read_text() == f"{machine}\n"
+    before = _names(state)
+
+    refused = _serve(state, "host-a")
+    assert refused.returncode == 78, refused.stderr
+    assert refused.stderr.endswith(_refusal(state, machine, "host-a")), refused.stderr
+    assert _names(state) == before
+    again = DaemonProcess(state, {}, extra_env={"PROMOTER_HOST_ID": machine})  # the same host
+    started.append(again)
+
+
+def test_the_same_host_again_and_its_workers_start(
+    tmp_path: Path, started: list[DaemonProcess]
+) -> None:
+    state = tmp_path / "state"
+    env = {"PROMOTER_HOST_ID": "host-a"}
+    DaemonProcess(state, {}, extra_env=env).kill()
+    workers = DaemonProcess(state, {}, extra_env=env, workers=2)
+    started.append(workers)
+    with workers.client("operator") as operator:
+        assert operator.get("/v1/hosts").status_code == 200
+    assert (state / "host-id").read_text() == "host-a\n"
+
+
+def test_a_replacement_named_for_the_recorded_host_shares_its_state_directory(
+    tmp_path: Path, started: list[DaemonProcess]
+) -> None:
+    state = tmp_path / "state"
+    a = DaemonProcess(state, {}, extra_env={"PROMOTER_HOST_ID": "host-a"})
+    started.append(a)
+    b = DaemonProcess(
+        state,
+        {},
+        extra_env={
+            "PROMOTER_HOST_ID": "host-b",
+            "PROMOTER_REPLACES_HOST": "host-a",
+            "PROMOTER_SIGNING_KEY_DIR": str(tmp_path / "signing-b"),  # a key of its own
+        },
+    )
+    started.append(b)
+    assert (state / "host-id").read_text() == "host-a\n"  # still A's
+    refused = _serve(state, "host-c", PROMOTER_REPLACES_HOST="host-b")  # not the recorded
+    assert refused.returncode == 78, refused.stderr
+    assert refused.stderr.endswith(_refusal(state, "host-a", "host-c")), refused.stderr
