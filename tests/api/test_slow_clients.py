@@ -25,6 +25,7 @@ import pytest
 from promoter import faults
 from promoter.api import connections
 from promoter.api.connections import connection_cap
+from promoter.store.credentials import add_operator
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
 from tests.support.pause import Pause
@@ -401,3 +402,70 @@ def test_one_credentials_long_polls_do_not_hold_every_connection(
         problem = json.loads(body)
         assert problem["code"] == "too_many_requests"
         assert problem["retry_after"] == 2
+
+
+SHARED_CAP = 6  # the daemon's connections; its waits are at most half of them
+WAITS_AT_ONCE = SHARED_CAP // 2
+
+
+def test_several_credentials_long_polls_do_not_hold_every_connection(
+    tmp_path: Path, repo: Path
+) -> None:
+    """The orchestrator and two named operators each open ``max_waits_per_credential``
+    long-polls (2 each: within each credential's bound) on a daemon of 6 connections: the
+    orchestrator of an operation's change, the operators of the watch feed. Together they
+    would hold every connection in the daemon's turn. Past half the connections' waits
+    (3) a wait is answered ``429`` at once, and the operator's ``/readyz`` and
+    ``GET /v1/operations`` are answered."""
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        max_connections=SHARED_CAP,
+        max_waits_per_credential=2,
+        request_head_seconds=600,  # the cap alone, not the deadline
+    ) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, CHANGE)
+        operation_id = promote(daemon, bundle, receipt).json()["operation_id"]
+        tokens = [add_operator(daemon.state_dir / "credentials", n) for n in ("dora", "ezra")]
+        with daemon.orchestrator() as orch:
+            cursor = orch.get("/v1/events", params={"limit": 500}).json()["cursor"]
+        asked = [(daemon.orchestrator_token, f"/v1/operations/{operation_id}?wait=300")] + [
+            (token, f"/v1/events?wait=300&after={cursor}") for token in tokens
+        ]
+        waiters: list[socket.socket] = []
+        try:
+            for token, path in asked:
+                for _ in range(2):
+                    sock = _connect(daemon.url)
+                    waiters.append(sock)
+                    sock.sendall(
+                        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        f"Authorization: Bearer {token}\r\n\r\n".encode()
+                    )
+            refused: list[bytes] = []
+            end = time.monotonic() + PATIENCE
+            # every long-poll waiting in the daemon or answered
+            while len(refused) + sum(daemon.services.waits.values()) < SHARED_CAP:
+                assert time.monotonic() < end, (refused, daemon.services.waits)
+                readable, _, _ = select.select(waiters, [], [], 0.05)
+                for sock in readable:
+                    refused.append(_answer(sock))
+                    waiters.remove(sock)
+            with daemon.operator() as operator:
+                ready = operator.get("/readyz")
+                listed = operator.get("/v1/operations")
+        finally:
+            for sock in waiters:
+                sock.close()
+    assert ready.status_code == 200, ready.text
+    assert listed.status_code == 200, listed.text
+    assert operation_id in listed.text
+    assert len(refused) == SHARED_CAP - WAITS_AT_ONCE
+    for answer in refused:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n"), head
+        assert b"\r\nretry-after: 2\r\n" in head.lower(), head
+        problem = json.loads(body)
+        assert problem["code"] == "too_many_requests"
+        assert "half its 6 connections" in problem["detail"], problem
