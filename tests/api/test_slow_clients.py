@@ -254,6 +254,7 @@ def test_connections_cut_by_a_deadline_are_counted_by_what_was_late(daemon: Daem
         'promoter_connections_closed_total{reason="body"} 1.0',
         'promoter_connections_closed_total{reason="make_room"} 0.0',
         'promoter_connections_closed_total{reason="at_accept"} 0.0',
+        'promoter_connections_closed_total{reason="drain"} 0.0',
     ]
 
 
@@ -309,6 +310,7 @@ def test_a_flood_at_the_cap_is_counted_and_logged_in_one_line(
         'promoter_connections_closed_total{reason="body"} 0.0',
         'promoter_connections_closed_total{reason="make_room"} 1.0',
         'promoter_connections_closed_total{reason="at_accept"} 3.0',
+        'promoter_connections_closed_total{reason="drain"} 0.0',
     ]
     lines = [
         (r.levelno, r.getMessage()) for r in caplog.records if r.name == "promoter.api.connections"
@@ -469,3 +471,100 @@ def test_several_credentials_long_polls_do_not_hold_every_connection(
         problem = json.loads(body)
         assert problem["code"] == "too_many_requests"
         assert "half its 6 connections" in problem["detail"], problem
+
+
+# a client that never reads: its answers fill the daemon's write buffer
+DRAIN = 0.5  # the bound of a client taking none of its answer, in these tests' daemons
+SMALL_WINDOW = 4096  # the client's receive buffer: the kernels hold little of an answer
+
+
+def _narrow(url: str) -> socket.socket:
+    """A connection to ``url`` whose receive buffer is small (set before it connects)."""
+    address = httpx.URL(url)
+    assert address.port is not None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_WINDOW)
+    sock.settimeout(PATIENCE)
+    sock.connect((address.host, address.port))
+    return sock
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether the daemon closed ``sock`` within ``PATIENCE``, seen without reading it."""
+    watch = select.poll()
+    watch.register(sock, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    return bool(watch.poll(PATIENCE * 1000))
+
+
+def _drain_closes(url: str) -> str:
+    scraped = httpx.get(f"{url}/metrics", timeout=PATIENCE)
+    assert scraped.status_code == 200
+    return next(line for line in _closed_counts(scraped.text) if 'reason="drain"' in line)
+
+
+@pytest.fixture
+def unread(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        request_head_seconds=600,  # the drain's bound alone
+        response_drain_silence_seconds=DRAIN,
+        admission_credential_limits={"executor": 1},
+    ) as running:
+        yield running
+
+
+def test_a_client_that_never_reads_its_answers_is_closed(unread: Daemon) -> None:
+    """Before any credential: 32 requests for the OpenAPI document (330 kB) sent at once,
+    and none of the answers read. The first fills the write buffer; the next answer's
+    task waited for room for ever, its connection held. Closed within the bound, and
+    counted."""
+    whole = len(httpx.get(f"{unread.url}/openapi.json", timeout=PATIENCE).content)
+    asked = b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 32
+    with _narrow(unread.url) as sock:
+        sock.sendall(asked)
+        assert _hung_up(sock), f"the daemon held a connection that never read {PATIENCE} s"
+        assert len(_closed(sock)) < 32 * whole
+    assert _drain_closes(unread.url) == 'promoter_connections_closed_total{reason="drain"} 1.0'
+
+
+def test_an_executor_that_never_reads_its_diffs_gives_its_place_back(
+    unread: Daemon, repo: Path
+) -> None:
+    """An executor asks for its bundle's 1 MiB diff page 8 times at once and reads none:
+    the second answer's task waited for room for ever, holding the run's one place for
+    costly reads (``admission_credential_limits``), so each of its next diffs was ``429``.
+    The connection is closed within the bound and the place given back."""
+    identity = unread.services.registry.by_name("work").identity
+    big = b"".join(b"line %d of a file the reviewer reads\n" % n for n in range(80_000))
+    _, bundle, _ = submit(unread, repo, identity, [("src/app.py", b"print('v1')\n", big)])
+    with unread.executor("run_1") as executor:
+        token = executor.headers["Authorization"]
+        path = f"/v1/bundles/{bundle['bundle_id']}/diff"
+        asked = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {token}\r\n\r\n"
+        with _narrow(unread.url) as sock:
+            sock.sendall(asked.encode() * 8)
+            assert _hung_up(sock), f"the daemon held a connection that never read {PATIENCE} s"
+        again = executor.get(path, timeout=PATIENCE)
+    assert again.status_code == 200, again.text
+    assert _drain_closes(unread.url) == 'promoter_connections_closed_total{reason="drain"} 1.0'
+
+
+def test_a_client_reading_slowly_but_steadily_is_not_cut(unread: Daemon) -> None:
+    """Silence is bounded, not time: 4 OpenAPI documents read 8 kB at a time, one read
+    every 10 ms, take several times the bound, and arrive whole."""
+    whole = httpx.get(f"{unread.url}/openapi.json", timeout=PATIENCE)
+    asked = b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 4
+    started = time.monotonic()
+    received = b""
+    with _narrow(unread.url) as sock:
+        sock.sendall(asked)
+        while not (received.endswith(whole.content) and received.count(whole.content) == 4):
+            chunk = sock.recv(8192)
+            assert chunk, f"the connection was closed after {len(received)} bytes"
+            received += chunk
+            time.sleep(0.01)  # the reader's pace, not a synchronization
+        took = time.monotonic() - started
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == 4
+    assert took > 2 * DRAIN, took  # it did take longer than the bound
+    assert _drain_closes(unread.url) == 'promoter_connections_closed_total{reason="drain"} 0.0'
