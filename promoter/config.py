@@ -196,10 +196,12 @@ class Settings(BaseSettings):
     webhook_allowed_targets: list[str] = Field(default_factory=list)
     # The client's side of a connection (docs/operator/http-edges.md#slow-clients): seconds
     # from its opening or last answer to a request's complete head, the longest a body being
-    # read may stay silent, and the most connections open at once (never more than half the
-    # open-file limit: the rest stays for the daemon's own files).
+    # read may stay silent, the longest an answer may wait with none of it taken, and the
+    # most connections open at once (never more than half the open-file limit: the rest
+    # stays for the daemon's own files).
     request_head_seconds: float = Field(default=30.0, gt=0)
     request_body_silence_seconds: float = Field(default=30.0, gt=0)
+    response_drain_silence_seconds: float = Field(default=30.0, gt=0)
     max_connections: int = Field(default=1024, ge=1)
     # Host header names served besides loopback names and the bound address (DNS rebinding).
     allowed_hosts: list[str] = Field(default_factory=list)

@@ -1,15 +1,23 @@
-"""The client's side of a connection, bounded: its request's head and body, and how many.
+"""The client's side of a connection, bounded: its request's head and body, its taking of
+the answer, and how many.
 
 uvicorn closes a connection idle between requests (``KEEP_ALIVE_SECONDS``), but nothing
 of its own bounds a request that never ends: a process that opens connections and sends
 a byte of a head every few seconds held each of them for ever, until the daemon's
 descriptors ran out and its own files (journal, blobs, ledger) could not be opened.
-``bounded_protocol`` makes uvicorn's httptools protocol with two deadlines and a cap:
+``bounded_protocol`` makes uvicorn's httptools protocol with three deadlines and a cap:
 
 - the head: a connection that has not completed its request's head within
   ``head_seconds`` of opening, or of the daemon's last answer on it, is closed;
 - the body: a request's body silent for ``body_silence_seconds`` while the daemon reads
   it is closed (the route sees the connection gone: ``bad_request``, logged as such);
+- the drain: an answer the client takes none of for ``drain_silence_seconds`` is closed
+  (reset: what the kernel still holds for it is dropped). It is timed while the daemon
+  waits on the client: writing paused (the transport's buffer past its high mark, so
+  uvicorn's next ``send`` and the route's task wait for room), or bytes left unsent once
+  the answer is complete (a closing transport waits for them for ever). Bytes taken
+  within a bound time it again (a cut comes one to two bounds after the last byte
+  taken), so a client that reads slowly but steadily is never cut;
 - the cap: at most ``connection_cap`` connections are open, counted as they are
   accepted (``Gate``, ``GatedListener``: asyncio accepts a whole batch before any
   protocol is made). One past it closes the oldest one whose request is not yet whole
@@ -18,27 +26,31 @@ descriptors ran out and its own files (journal, blobs, ledger) could not be open
   new one is closed as soon as it is accepted.
 
 Every close of these is counted on ``/metrics`` by its reason (``Closes``: ``head``,
-``body``, ``make_room``, ``at_accept``), a deadline's logged at info, and the cap's at
-warning at most once every ``CAP_EVERY`` seconds, saying how many it closed since.
+``body``, ``make_room``, ``at_accept``, ``drain``), a deadline's logged at info, and the
+cap's at warning at most once every ``CAP_EVERY`` seconds, saying how many it closed
+since.
 
-Only the client's turn is timed: from the connection's opening or the last answer until
-its request's body is in. The daemon's turn (a promotion's ``wait`` of up to 600 s, a
-route that has not yet read the body, a ``100 Continue`` not yet sent, reading paused
-while a route catches up or a pipelined request waits) is never cut. A cut is a plain
-close, not a 408: a client that stopped sending may well have stopped reading, and an
-answer it never takes would hold the descriptor in the write buffer.
+Besides the drain, only the client's turn is timed: from the connection's opening or the
+last answer taken until its request's body is in. The daemon's turn (a promotion's
+``wait`` of up to 600 s, a route that has not yet read the body, a ``100 Continue`` not
+yet sent, reading paused while a route catches up or a pipelined request waits) is never
+cut. A cut is a plain close, not a 408: a client that stopped sending may well have
+stopped reading, and an answer it never takes would hold the descriptor in the write
+buffer.
 
-Not here: a client that reads its answer slowly (the daemon's turn), a minimum rate of a
-body's bytes (a drip inside ``body_silence_seconds`` holds its connection until the cap
-needs it), the kernel's listen backlog.
+Not here: a minimum rate of a body's bytes or of an answer's reading (a drip inside its
+bound holds its connection until the cap needs it, or the answer ends), the kernel's
+listen backlog.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
 import socket
+import struct
 import time
 import weakref
 from collections.abc import Callable
@@ -58,7 +70,9 @@ HEAD = "head"
 BODY = "body"
 MAKE_ROOM = "make_room"  # closed at the cap, the oldest not yet whole, for a new one
 AT_ACCEPT = "at_accept"  # closed at the cap as soon as accepted: no room could be made
-REASONS = (HEAD, BODY, MAKE_ROOM, AT_ACCEPT)
+DRAIN = "drain"  # the client took none of its answer in time
+REASONS = (HEAD, BODY, MAKE_ROOM, AT_ACCEPT, DRAIN)
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: a close resets, the unsent dropped
 CAP_EVERY = 5.0  # seconds at least between two lines of the cap's closes
 
 
@@ -66,10 +80,12 @@ CAP_EVERY = 5.0  # seconds at least between two lines of the cap's closes
 class ClientBounds:
     """``head_seconds``: from a connection's opening or last answer to its request's head;
     ``body_silence_seconds``: the longest a body being read may stay silent;
+    ``drain_silence_seconds``: the longest an answer may wait with none of it taken;
     ``max_connections``: the most open at once (``connection_cap`` lowers it)."""
 
     head_seconds: float = 30.0
     body_silence_seconds: float = 30.0
+    drain_silence_seconds: float = 30.0
     max_connections: int = 1024
 
     @classmethod
@@ -77,6 +93,7 @@ class ClientBounds:
         return cls(
             head_seconds=settings.request_head_seconds,
             body_silence_seconds=settings.request_body_silence_seconds,
+            drain_silence_seconds=settings.response_drain_silence_seconds,
             max_connections=settings.max_connections,
         )
 
@@ -205,6 +222,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._timing: str | None = None  # HEAD or BODY while a deadline runs
         # when the client's turn began (opened, or last answered); None: the daemon's turn
         self.client_since: float | None = None
+        self._drain: asyncio.TimerHandle | None = None  # while the daemon waits on the client
+        self._unsent = 0  # bytes the transport held when the drain was last timed
 
     def close(self) -> None:
         """Closed to make room, at once (nothing buffered for it is sent)."""
@@ -234,10 +253,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         cycle = self.cycle
-        daemons_turn = self.flow.read_paused or (
-            cycle is not None
-            and not cycle.response_complete
-            and (cycle.waiting_for_100_continue or (kind == BODY and cycle.response_started))
+        daemons_turn = (
+            self.flow.read_paused
+            or self.transport.get_write_buffer_size() > 0  # an answer not yet taken: the drain's
+            or (
+                cycle is not None
+                and not cycle.response_complete
+                and (cycle.waiting_for_100_continue or (kind == BODY and cycle.response_started))
+            )
         )
         if daemons_turn:  # not the client's delay: timed again from now
             self._arm(kind)
@@ -252,6 +275,50 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.client_since = None  # gone: not one to close again to make room
         self.transport.abort()
 
+    # the drain
+
+    def _time_drain(self) -> None:
+        """Time the client's taking of the answer from now, while the daemon waits on it."""
+        if self._drain is not None:
+            self._drain.cancel()
+            self._drain = None
+        self._unsent = self.transport.get_write_buffer_size()
+        if self._unsent or self.flow.write_paused:
+            self._drain = self.loop.call_later(self.bounds.drain_silence_seconds, self._drained)
+
+    def _drained(self) -> None:
+        self._drain = None
+        unsent = self.transport.get_write_buffer_size()
+        cycle = self.cycle
+        writing = cycle is not None and not cycle.response_complete and not self.flow.write_paused
+        if not unsent or writing:  # all taken, or the route may write on: paused again if full
+            return
+        if unsent < self._unsent:  # some taken: timed again from now
+            self._time_drain()
+            return
+        logs.event(
+            log,
+            f"{_peer(self.client)}: closed, it took none of its answer in "
+            f"{self.bounds.drain_silence_seconds:g} s",
+            client=_peer(self.client),
+            waited_for=DRAIN,
+        )
+        self.gate.closes.closed(DRAIN)
+        self.client_since = None  # gone: not one to close again to make room
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:  # nothing more of it sent: the kernel drops what it holds
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+        self.transport.abort()
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._time_drain()  # the buffer past its high mark: the client is not keeping up
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._time_drain()  # taken down to the low mark: timed again, if any is left
+
     # uvicorn's protocol
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -260,6 +327,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._drain is not None:
+            self._drain.cancel()
+            self._drain = None
         self.client_since = None
         self.gate.open.discard(self)
         super().connection_lost(exc)
@@ -284,6 +354,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if not pipelined and not self.transport.is_closing():
             self._clients_turn()
+        if self.transport.get_write_buffer_size():  # its end still unsent, closing or not
+            self._time_drain()  # from now: an answer added since the last pause is not silence
 
 
 def _peer(client: tuple[str, int] | None) -> str:

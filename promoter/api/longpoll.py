@@ -10,10 +10,11 @@ Each read first authenticates the caller's token again (``promoter.api.deps.call
 the two trusted tokens never change): a wait whose credential was removed, or whose
 executor token expired, ends at the next re-check with ``401 unauthenticated``.
 One credential holds at most ``max_waits_per_credential`` waits at once (counted by its
-token on ``services.waits``); past them a wait is ``429 too_many_requests`` at once: a
-wait is in the daemon's turn, and a connection there is one the connection cap never
-closes (``promoter.api.connections``), so one credential's waits could otherwise hold
-every connection and keep the operator out (docs/operator/limits.md).
+token on ``services.waits``), and all credentials together at most half the connection
+cap (``wait_cap``); past either a wait is ``429 too_many_requests`` at once: a wait is in
+the daemon's turn, and a connection there is one the connection cap never closes
+(``promoter.api.connections``), so waits could otherwise hold every connection and keep
+the operator out (docs/operator/limits.md).
 Fault point: ``long_poll_probe`` (in the worker thread, before each read).
 Deliberately not here: what is probed (the routes of ``promoter.api.routes.events`` and
 ``operations``).
@@ -25,6 +26,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
+from promoter.api.connections import connection_cap
 from promoter.api.deps import caller_token
 from promoter.api.workers import run_in_threadpool
 from promoter.engine.ports import Polling
@@ -37,6 +39,34 @@ MAX_WAIT_SECONDS = 300.0
 RECHECK_SECONDS = 1.0
 
 
+def wait_cap(max_connections: int) -> int:
+    """The waits a serving process holds at once, of all credentials: half the
+    connections it serves (``connection_cap``), so the other half stays for requests that
+    end and for the operator; at least one."""
+    return max(1, connection_cap(max_connections) // 2)
+
+
+def _refuse_past_bounds(services: Polling, held: str) -> None:
+    """``TooManyRequests`` when the credential of ``held`` (its token), or the process,
+    holds as many waits as it may."""
+    settings = services.settings
+    retry = settings.admission_retry_after_seconds
+    if services.waits[held] >= settings.max_waits_per_credential:
+        raise TooManyRequests(
+            f"this credential already holds {settings.max_waits_per_credential} waits at "
+            f"once; try again after {retry} s",
+            retry_after=retry,
+        )
+    bound = wait_cap(settings.max_connections)
+    if sum(services.waits.values()) >= bound:
+        raise TooManyRequests(
+            f"the daemon already holds {bound} waits at once, at most half its "
+            f"{connection_cap(settings.max_connections)} connections; try again after "
+            f"{retry} s",
+            retry_after=retry,
+        )
+
+
 async def long_poll(services: Polling, probe: Callable[[], T | None], wait: float) -> T | None:
     """``probe()``'s first answer that is not ``None``, or ``None`` once ``wait`` has ended."""
     loop = asyncio.get_running_loop()
@@ -45,14 +75,8 @@ async def long_poll(services: Polling, probe: Callable[[], T | None], wait: floa
     token = caller_token()
     again = token is not None and services.auth.trusted(token) is None
     held = token or ""
-    settings = services.settings
-    if deadline > loop.time() and services.waits[held] >= settings.max_waits_per_credential:
-        retry = settings.admission_retry_after_seconds
-        raise TooManyRequests(
-            f"this credential already holds {settings.max_waits_per_credential} waits at "
-            f"once; try again after {retry} s",
-            retry_after=retry,
-        )
+    if deadline > loop.time():
+        _refuse_past_bounds(services, held)
 
     def checked() -> T | None:
         point("long_poll_probe")

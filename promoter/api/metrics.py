@@ -212,7 +212,8 @@ class Metrics:
         self.connections_closed = Counter(
             "promoter_connections_closed",
             "Connections the daemon closed on the client's side, by reason: its request's "
-            "head or body late, or at the connection cap (make_room, at_accept).",
+            "head or body late, at the connection cap (make_room, at_accept), or its "
+            "answer not taken (drain).",
             ["reason"],
             registry=r,
         )

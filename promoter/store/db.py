@@ -208,7 +208,11 @@ def unreachable(exc: SQLAlchemyError) -> bool:
 
 
 def translate(
-    exc: SQLAlchemyError, *, url: str | None = None, outages: OutageLog | None = None
+    exc: SQLAlchemyError,
+    *,
+    url: str | None = None,
+    outages: OutageLog | None = None,
+    failures: StatementLog | None = None,
 ) -> PromoterError:
     """The promoter error for a database failure: busy (503), unreachable (503), storage
     (507), bad text, or an operation whose status moved under the request
@@ -219,7 +223,8 @@ def translate(
     (the database's ``OutageLog``; a new one, which logs it at once, when none), with the
     password of ``url`` (the database's URL) hidden. Any other failure's answer says only
     that a statement failed (``STATEMENT_FAILED``): the driver's whole message (its SQL,
-    bound parameters and link) is logged on ``promoter.store`` at error, the password hidden.
+    bound parameters and link) is noted in ``failures`` (the database's ``StatementLog``; a
+    new one, which logs it at once, when none), the password hidden.
 
     PostgreSQL cannot hold a NUL character in text: a request whose id or field has one
     is refused (``validation_failed``, 422) where SQLite would have stored or looked it up.
@@ -245,33 +250,77 @@ def translate(
     if unreachable(exc):  # the driver's words name the server: the log's, not the caller's
         (outages or OutageLog()).note(_reason(exc, url))
         return DatabaseUnavailable(UNANSWERED)
-    log.error("a database statement failed: %s", hidden(str(exc), url))
+    (failures or StatementLog()).note(exc, url)
     return StorageError(STATEMENT_FAILED)
 
 
-class OutageLog:
-    """The driver's reason the database does not answer, logged on ``promoter.store`` at
-    warning: a reason unlike the last one logged at once, the same one again at most once
-    every ``REASON_EVERY`` seconds, saying how many were left out since its last line
-    (a burst of requests during an outage is one line, a long outage a line a while)."""
+class Throttle:
+    """Which lines of a log to write: a reason's first line at once, the same reason again
+    at most once every ``REASON_EVERY`` seconds, with how many of it were held back since
+    its last line (a burst of one failure is one line, a long one a line a while). Each
+    reason is timed on its own, so two that alternate do not let each other through; the
+    reasons are a bounded set (a driver's first line, an error's class and code)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._reason: str | None = None
-        self._said_at = 0.0
-        self._left_out = 0
+        self._said: dict[str, tuple[float, int]] = {}  # reason: its last line's time, held back
 
-    def note(self, reason: str) -> None:
+    def admit(self, reason: str) -> int | None:
+        """``None``: this line of ``reason`` is held back (counted); else it is written,
+        and how many of ``reason`` were held back since its last line."""
         now = self._clock()
         with self._lock:
-            if reason == self._reason and now - self._said_at < REASON_EVERY:
-                self._left_out += 1
-                return
-            left_out = self._left_out if reason == self._reason else 0
-            self._reason, self._said_at, self._left_out = reason, now, 0
+            said_at, held = self._said.get(reason, (None, 0))
+            if said_at is not None and now - said_at < REASON_EVERY:
+                self._said[reason] = (said_at, held + 1)
+                return None
+            self._said[reason] = (now, 0)
+            return held
+
+
+class OutageLog:
+    """The driver's reason the database does not answer, logged on ``promoter.store`` at
+    warning, each reason at most once every ``REASON_EVERY`` seconds (``Throttle``)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._throttle = Throttle(clock)
+
+    def note(self, reason: str) -> None:
+        left_out = self._throttle.admit(reason)
+        if left_out is None:
+            return
         more = f" ({left_out} more since the last line)" if left_out else ""
         log.warning("the database cannot be reached: %s%s", reason, more)
+
+
+class StatementLog:
+    """A statement the database refused or could not carry out, logged on
+    ``promoter.store`` at error with the driver's whole message: each kind of failure (the
+    driver's error class and its SQLSTATE or SQLite error name) at most once every
+    ``REASON_EVERY`` seconds (``Throttle``), so a caller who can make one statement fail
+    again and again writes a line a while, not a line a request."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._throttle = Throttle(clock)
+
+    def note(self, exc: SQLAlchemyError, url: str | None) -> None:
+        kind = _kind(exc)
+        left_out = self._throttle.admit(kind)
+        if left_out is None:
+            return
+        more = f" ({left_out} more of {kind} since the last line)" if left_out else ""
+        log.error("a database statement failed%s: %s", more, hidden(str(exc), url))
+
+
+def _kind(exc: SQLAlchemyError) -> str:
+    """The driver's error class and code of ``exc`` (``psycopg.errors.UndefinedTable
+    42P01``, ``sqlite3.OperationalError SQLITE_ERROR``): never a word of its message."""
+    orig = getattr(exc, "orig", None)
+    cause = orig if isinstance(orig, BaseException) else exc
+    code = getattr(cause, "sqlstate", None) or getattr(cause, "sqlite_errorname", None)
+    name = f"{type(cause).__module__}.{type(cause).__qualname__}"
+    return f"{name} {code}" if isinstance(code, str) and code else name
 
 
 def _reason(exc: SQLAlchemyError, url: str | None) -> str:
@@ -498,6 +547,7 @@ class Database:
         self._sqlite = self.engine.dialect.name == "sqlite"
         self.write_guard: Callable[[Session | Connection], None] | None = None
         self.outages = OutageLog()  # why it did not answer, logged (rate-limited)
+        self.failures = StatementLog()  # statements that failed, logged (rate-limited)
 
     def guard_writes(self, session: Session | Connection) -> None:
         """Run ``write_guard`` (if set) in ``session``: raises to refuse its writes."""
@@ -512,7 +562,9 @@ class Database:
             with self.engine.connect() as connection:
                 return connection.execute(statement, params).first()
         except SQLAlchemyError as exc:
-            raise translate(exc, url=self.url, outages=self.outages) from exc
+            raise translate(
+                exc, url=self.url, outages=self.outages, failures=self.failures
+            ) from exc
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -526,7 +578,9 @@ class Database:
             with self.engine.connect() as connection:
                 yield connection  # autobegun by its first statement, rolled back on close
         except SQLAlchemyError as exc:
-            raise translate(exc, url=self.url, outages=self.outages) from exc
+            raise translate(
+                exc, url=self.url, outages=self.outages, failures=self.failures
+            ) from exc
 
     @contextmanager
     def session(self, *, durable: bool = True) -> Iterator[Session]:
@@ -550,7 +604,9 @@ class Database:
             session.commit()
         except SQLAlchemyError as exc:
             session.rollback()
-            raise translate(exc, url=self.url, outages=self.outages) from exc
+            raise translate(
+                exc, url=self.url, outages=self.outages, failures=self.failures
+            ) from exc
         except BaseException:
             session.rollback()
             raise
@@ -574,7 +630,9 @@ class Database:
                 connection.exec_driver_sql(f"SET LOCAL lock_timeout = {int(lock_wait_ms)}")
             yield session
         except SQLAlchemyError as exc:
-            raise translate(exc, url=self.url, outages=self.outages) from exc
+            raise translate(
+                exc, url=self.url, outages=self.outages, failures=self.failures
+            ) from exc
         finally:
             try:
                 if dialect == "sqlite" and connection is not None:

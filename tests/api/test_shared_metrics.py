@@ -79,6 +79,7 @@ def test_the_connections_each_worker_closed_are_summed_at_a_scrape(tmp_path: Pat
     assert sorted(line for line in text if line.startswith("promoter_connections_closed")) == [
         'promoter_connections_closed_total{reason="at_accept"} 7.0',
         'promoter_connections_closed_total{reason="body"} 0.0',
+        'promoter_connections_closed_total{reason="drain"} 0.0',
         'promoter_connections_closed_total{reason="head"} 2.0',
         'promoter_connections_closed_total{reason="make_room"} 0.0',
     ]

@@ -25,6 +25,7 @@ import pytest
 from promoter import faults
 from promoter.api import connections
 from promoter.api.connections import connection_cap
+from promoter.store.credentials import add_operator
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
 from tests.support.pause import Pause
@@ -253,6 +254,7 @@ def test_connections_cut_by_a_deadline_are_counted_by_what_was_late(daemon: Daem
         'promoter_connections_closed_total{reason="body"} 1.0',
         'promoter_connections_closed_total{reason="make_room"} 0.0',
         'promoter_connections_closed_total{reason="at_accept"} 0.0',
+        'promoter_connections_closed_total{reason="drain"} 0.0',
     ]
 
 
@@ -308,6 +310,7 @@ def test_a_flood_at_the_cap_is_counted_and_logged_in_one_line(
         'promoter_connections_closed_total{reason="body"} 0.0',
         'promoter_connections_closed_total{reason="make_room"} 1.0',
         'promoter_connections_closed_total{reason="at_accept"} 3.0',
+        'promoter_connections_closed_total{reason="drain"} 0.0',
     ]
     lines = [
         (r.levelno, r.getMessage()) for r in caplog.records if r.name == "promoter.api.connections"
@@ -401,3 +404,167 @@ def test_one_credentials_long_polls_do_not_hold_every_connection(
         problem = json.loads(body)
         assert problem["code"] == "too_many_requests"
         assert problem["retry_after"] == 2
+
+
+SHARED_CAP = 6  # the daemon's connections; its waits are at most half of them
+WAITS_AT_ONCE = SHARED_CAP // 2
+
+
+def test_several_credentials_long_polls_do_not_hold_every_connection(
+    tmp_path: Path, repo: Path
+) -> None:
+    """The orchestrator and two named operators each open ``max_waits_per_credential``
+    long-polls (2 each: within each credential's bound) on a daemon of 6 connections: the
+    orchestrator of an operation's change, the operators of the watch feed. Together they
+    would hold every connection in the daemon's turn. Past half the connections' waits
+    (3) a wait is answered ``429`` at once, and the operator's ``/readyz`` and
+    ``GET /v1/operations`` are answered."""
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        max_connections=SHARED_CAP,
+        max_waits_per_credential=2,
+        request_head_seconds=600,  # the cap alone, not the deadline
+    ) as daemon:
+        identity = daemon.services.registry.by_name("work").identity
+        _, bundle, receipt = submit(daemon, repo, identity, CHANGE)
+        operation_id = promote(daemon, bundle, receipt).json()["operation_id"]
+        tokens = [add_operator(daemon.state_dir / "credentials", n) for n in ("dora", "ezra")]
+        with daemon.orchestrator() as orch:
+            cursor = orch.get("/v1/events", params={"limit": 500}).json()["cursor"]
+        asked = [(daemon.orchestrator_token, f"/v1/operations/{operation_id}?wait=300")] + [
+            (token, f"/v1/events?wait=300&after={cursor}") for token in tokens
+        ]
+        waiters: list[socket.socket] = []
+        try:
+            for token, path in asked:
+                for _ in range(2):
+                    sock = _connect(daemon.url)
+                    waiters.append(sock)
+                    sock.sendall(
+                        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        f"Authorization: Bearer {token}\r\n\r\n".encode()
+                    )
+            refused: list[bytes] = []
+            end = time.monotonic() + PATIENCE
+            # every long-poll waiting in the daemon or answered
+            while len(refused) + sum(daemon.services.waits.values()) < SHARED_CAP:
+                assert time.monotonic() < end, (refused, daemon.services.waits)
+                readable, _, _ = select.select(waiters, [], [], 0.05)
+                for sock in readable:
+                    refused.append(_answer(sock))
+                    waiters.remove(sock)
+            with daemon.operator() as operator:
+                ready = operator.get("/readyz")
+                listed = operator.get("/v1/operations")
+        finally:
+            for sock in waiters:
+                sock.close()
+    assert ready.status_code == 200, ready.text
+    assert listed.status_code == 200, listed.text
+    assert operation_id in listed.text
+    assert len(refused) == SHARED_CAP - WAITS_AT_ONCE
+    for answer in refused:
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n"), head
+        assert b"\r\nretry-after: 2\r\n" in head.lower(), head
+        problem = json.loads(body)
+        assert problem["code"] == "too_many_requests"
+        assert "half its 6 connections" in problem["detail"], problem
+
+
+# a client that never reads: its answers fill the daemon's write buffer
+DRAIN = 1.0  # the bound of a client taking none of its answer, in these tests' daemons
+SMALL_WINDOW = 4096  # the client's receive buffer: the kernels hold little of an answer
+
+
+def _narrow(url: str) -> socket.socket:
+    """A connection to ``url`` whose receive buffer is small (set before it connects)."""
+    address = httpx.URL(url)
+    assert address.port is not None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_WINDOW)
+    sock.settimeout(PATIENCE)
+    sock.connect((address.host, address.port))
+    return sock
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether the daemon closed ``sock`` within ``PATIENCE``, seen without reading it."""
+    watch = select.poll()
+    watch.register(sock, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+    return bool(watch.poll(PATIENCE * 1000))
+
+
+def _drain_closes(url: str) -> str:
+    scraped = httpx.get(f"{url}/metrics", timeout=PATIENCE)
+    assert scraped.status_code == 200
+    return next(line for line in _closed_counts(scraped.text) if 'reason="drain"' in line)
+
+
+@pytest.fixture
+def unread(tmp_path: Path, repo: Path) -> Iterator[Daemon]:
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        request_head_seconds=600,  # the drain's bound alone
+        response_drain_silence_seconds=DRAIN,
+        admission_credential_limits={"executor": 1},
+    ) as running:
+        yield running
+
+
+def test_a_client_that_never_reads_its_answers_is_closed(unread: Daemon) -> None:
+    """Before any credential: 32 requests for the OpenAPI document (330 kB) sent at once,
+    and none of the answers read. The first fills the write buffer; the next answer's
+    task waited for room for ever, its connection held. Closed within the bound, and
+    counted."""
+    whole = len(httpx.get(f"{unread.url}/openapi.json", timeout=PATIENCE).content)
+    asked = b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 32
+    with _narrow(unread.url) as sock:
+        sock.sendall(asked)
+        assert _hung_up(sock), f"the daemon held a connection that never read {PATIENCE} s"
+        assert len(_closed(sock)) < 32 * whole
+    assert _drain_closes(unread.url) == 'promoter_connections_closed_total{reason="drain"} 1.0'
+
+
+def test_an_executor_that_never_reads_its_diffs_gives_its_place_back(
+    unread: Daemon, repo: Path
+) -> None:
+    """An executor asks for its bundle's 1 MiB diff page 8 times at once and reads none:
+    the second answer's task waited for room for ever, holding the run's one place for
+    costly reads (``admission_credential_limits``), so each of its next diffs was ``429``.
+    The connection is closed within the bound and the place given back."""
+    identity = unread.services.registry.by_name("work").identity
+    big = b"".join(b"line %d of a file the reviewer reads\n" % n for n in range(80_000))
+    _, bundle, _ = submit(unread, repo, identity, [("src/app.py", b"print('v1')\n", big)])
+    with unread.executor("run_1") as executor:
+        token = executor.headers["Authorization"]
+        path = f"/v1/bundles/{bundle['bundle_id']}/diff"
+        asked = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {token}\r\n\r\n"
+        with _narrow(unread.url) as sock:
+            sock.sendall(asked.encode() * 8)
+            assert _hung_up(sock), f"the daemon held a connection that never read {PATIENCE} s"
+        again = executor.get(path, timeout=PATIENCE)
+    assert again.status_code == 200, again.text
+    assert _drain_closes(unread.url) == 'promoter_connections_closed_total{reason="drain"} 1.0'
+
+
+def test_a_client_reading_slowly_but_steadily_is_not_cut(unread: Daemon) -> None:
+    """Silence is bounded, not time: 6 OpenAPI documents read 8 kB at a time, one read
+    every 10 ms (at least 2.4 s), take several times the bound, and arrive whole."""
+    whole = httpx.get(f"{unread.url}/openapi.json", timeout=PATIENCE)
+    asked = b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 6
+    started = time.monotonic()
+    received = b""
+    with _narrow(unread.url) as sock:
+        sock.sendall(asked)
+        while not (received.endswith(whole.content) and received.count(whole.content) == 6):
+            chunk = sock.recv(8192)
+            assert chunk, f"the connection was closed after {len(received)} bytes"
+            received += chunk
+            time.sleep(0.01)  # the reader's pace, not a synchronization
+        took = time.monotonic() - started
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == 6
+    assert took > 2 * DRAIN, took  # it did take longer than the bound
+    assert _drain_closes(unread.url) == 'promoter_connections_closed_total{reason="drain"} 0.0'

@@ -10,7 +10,16 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from promoter.api.connections import AT_ACCEPT, BODY, CAP_EVERY, HEAD, MAKE_ROOM, REASONS, Closes
+from promoter.api.connections import (
+    AT_ACCEPT,
+    BODY,
+    CAP_EVERY,
+    DRAIN,
+    HEAD,
+    MAKE_ROOM,
+    REASONS,
+    Closes,
+)
 
 
 def _logged(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str, int, int]]:
@@ -36,6 +45,7 @@ def test_a_flood_at_the_cap_is_logged_once_then_at_most_once_every_five_seconds(
             closes.closed(MAKE_ROOM)
         closes.closed(HEAD)  # a deadline's close is not the cap's (logged where it is cut)
         closes.closed(BODY)
+        closes.closed(DRAIN)
         now[0] += CAP_EVERY - 0.01
         closes.closed(AT_ACCEPT)
         assert len(_logged(caplog)) == 1
@@ -67,4 +77,4 @@ def test_a_flood_at_the_cap_is_logged_once_then_at_most_once_every_five_seconds(
         ),
     ]
     counts = {r: registry.get_sample_value("closed_total", {"reason": r}) for r in REASONS}
-    assert counts == {HEAD: 1.0, BODY: 1.0, MAKE_ROOM: 22.0, AT_ACCEPT: 32.0}
+    assert counts == {HEAD: 1.0, BODY: 1.0, MAKE_ROOM: 22.0, AT_ACCEPT: 32.0, DRAIN: 1.0}

@@ -18,6 +18,7 @@ from promoter.store.db import (
     STATEMENT_FAILED,
     UNANSWERED,
     OutageLog,
+    StatementLog,
     translate,
 )
 
@@ -126,3 +127,46 @@ def test_a_failed_statement_s_message_is_logged_whole_with_both_forms_of_the_pas
     ]
     for form in ("p@ss", "p%40ss", "w:rd", "w%3Ard"):
         assert form not in caplog.text, form
+
+
+def _undefined(table: str) -> ProgrammingError:
+    """A statement PostgreSQL refused: a table that is not there (its name in the message)."""
+    orig = psycopg.errors.UndefinedTable(f'relation "{table}" does not exist')
+    return ProgrammingError("SELECT 1 FROM t", {"table": table}, orig)
+
+
+def _privilege(table: str) -> ProgrammingError:
+    orig = psycopg.errors.InsufficientPrivilege(f"permission denied for table {table}")
+    return ProgrammingError("SELECT 1 FROM t", {"table": table}, orig)
+
+
+def test_a_caller_failing_statements_again_and_again_is_a_line_every_ten_seconds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A request that makes a statement fail, sent in a loop (each with other words in the
+    driver's message, and two kinds of failure taking turns): each kind is logged once,
+    then at most once every ``REASON_EVERY`` seconds with how many were held back."""
+    now = [100.0]
+    failures = StatementLog(clock=lambda: now[0])
+    with caplog.at_level(logging.ERROR, "promoter.store"):
+        for n in range(200):
+            failed = _undefined(f"t{n}") if n % 2 else _privilege(f"t{n}")
+            error = translate(failed, url=URL, failures=failures)
+            assert (type(error), error.detail) == (StorageError, STATEMENT_FAILED)
+        now[0] += REASON_EVERY - 0.01
+        translate(_undefined("late"), url=URL, failures=failures)
+        now[0] += 0.01
+        translate(_undefined("t200"), url=URL, failures=failures)
+    logged = [
+        r.getMessage().splitlines()[0]
+        for r in caplog.records
+        if r.name == "promoter.store" and r.levelno == logging.ERROR
+    ]
+    assert logged == [
+        "a database statement failed: (psycopg.errors.InsufficientPrivilege) permission "
+        "denied for table t0",
+        'a database statement failed: (psycopg.errors.UndefinedTable) relation "t1" does '
+        "not exist",
+        "a database statement failed (100 more of psycopg.errors.UndefinedTable 42P01 since "
+        'the last line): (psycopg.errors.UndefinedTable) relation "t200" does not exist',
+    ]
