@@ -31,7 +31,8 @@ from sqlalchemy.exc import ArgumentError
 ANYWHERE = 12  # a password this long is hidden wherever it appears, even inside a word
 MASK = "***"
 _WRITTEN = re.compile(r"[^:/]+://[^:@/]*:([^@/]*)@")  # a URL's password as written
-_SETTING = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+# a ``password=`` setting: quoted as libpq quotes (``\'`` and ``\\`` escaped inside), or a word
+_SETTING = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
 _IN_QUERY = re.compile(r"[?&]password=([^&#\s]*)", re.IGNORECASE)  # ``?password=`` as written
 
 

@@ -129,3 +129,11 @@ def test_a_password_given_in_the_query_string_is_hidden_where_it_stands() -> Non
         "connecting to postgresql+psycopg://promoter@db.internal/ledger?password=*** with "
         "{'password': '***'} failed: password: ***"
     )
+
+
+def test_a_quoted_setting_with_an_escaped_quote_is_hidden_whole() -> None:
+    """libpq quotes a conninfo value with ``'`` and escapes a quote in it as ``\\'``:
+    the whole value is hidden, not only up to the escaped quote."""
+    url = "postgresql+psycopg://promoter@db.internal/ledger"  # the password set elsewhere
+    told = _told(r"invalid connection string: host=db password='it\'s x' port=5", url)
+    assert told == "invalid connection string: host=db password=*** port=5", told
