@@ -6,12 +6,13 @@ opened once and each directory below it is reached relative to the previous desc
 mount (told by mount id: protocol: promotion#mount-crossings) or a nested repository
 (protocol: promotion#repository-shape) raises ``PathUnsafe``; a missing directory is a
 ``missing`` leaf to ``read_state`` and ``TargetDrift`` (``missing_parent``) to
-``open_parent``. A directory whose owner took away their own read, write or search
-permission (``chmod 000 DIR``) is ``PathUnsafe`` too, told from the ``fstat`` each
-component gets anyway: a daemon running as root would otherwise go in. A
-``ParentChain`` re-checks a held chain per component (device, inode, mount id) and
-re-walks only on a difference, with one ``openat2`` beneath the root where the kernel
-has it. Fault point: ``after_mkdir``.
+``open_parent``. A directory whose owner took away their own read or search permission
+(``chmod 000 DIR``) is ``PathUnsafe`` too, told from the ``fstat`` each component gets
+anyway: a daemon running as root would otherwise go in. One they only made read-only
+(``chmod a-w``, mode 555) is read and written under as before the check
+(docs/decisions/a-read-only-directory-is-read.md). A ``ParentChain`` re-checks a held
+chain per component (device, inode, mount id) and re-walks only on a difference, with
+one ``openat2`` beneath the root where the kernel has it. Fault point: ``after_mkdir``.
 
 Not here: the root and the walk (``root.py``), changing files (``atomic.py``), the lock
 (``lock.py``), and what a state means for a promotion. Leaf states live in ``leaf.py``.
@@ -52,7 +53,7 @@ __all__ = [
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 ON_ANOTHER_MOUNT = "a path crosses a mount (a mount point or a bind mount)"
-_OWNER_RWX = stat.S_IRWXU  # a directory its owner cannot read, write or search is closed
+_OWNER_OPEN = stat.S_IRUSR | stat.S_IXUSR  # a directory its owner cannot read or search is closed
 
 
 def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | None:
@@ -87,7 +88,7 @@ def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | 
     if st.st_dev != root_dev:
         os.close(fd)
         raise PathUnsafe("a directory is on another device (a mount)", path=rel, at=at)
-    if st.st_mode & _OWNER_RWX != _OWNER_RWX:  # the daemon may be root: it would go in
+    if st.st_mode & _OWNER_OPEN != _OWNER_OPEN:  # the daemon may be root: it would go in
         os.close(fd)
         mode = f"{stat.S_IMODE(st.st_mode):03o}"
         raise PathUnsafe(

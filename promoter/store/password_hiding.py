@@ -3,7 +3,8 @@
 ``hidden(text, url)`` hides, in this order: the URL itself (shown with ``***`` for its
 password); the password in a URL's password position anywhere in the text
 (``://user:PASSWORD@`` of any URL, and ``USER:PASSWORD@`` with the URL's user), in each
-form it may take (decoded, %-encoded, as written in the URL); the password's text
+form it may take (decoded, %-encoded, as written in the URL); a password given as the
+URL's query ``?password=`` likewise (libpq reads it there); the password's text
 elsewhere, in the same forms; and any ``password=`` setting of a connection string.
 
 Elsewhere, a password of ``ANYWHERE`` characters or more is hidden wherever it appears,
@@ -24,13 +25,15 @@ import contextlib
 import re
 from urllib.parse import quote
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 ANYWHERE = 12  # a password this long is hidden wherever it appears, even inside a word
 MASK = "***"
 _WRITTEN = re.compile(r"[^:/]+://[^:@/]*:([^@/]*)@")  # a URL's password as written
-_SETTING = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+# a ``password=`` setting: quoted as libpq quotes (``\'`` and ``\\`` escaped inside), or a word
+_SETTING = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'?|\S+)", re.IGNORECASE)
+_IN_QUERY = re.compile(r"[?&]password=([^&#\s]*)", re.IGNORECASE)  # ``?password=`` as written
 
 
 def _alone(form: str) -> str:
@@ -41,16 +44,29 @@ def _alone(form: str) -> str:
     return before + re.escape(form) + after
 
 
+def _passwords(url: str | None, parsed: URL | None) -> set[str]:
+    """The password of ``url``, decoded and as written: in its password position, or
+    given as its query string's ``password`` (``?password=``, as libpq reads it)."""
+    if not url or parsed is None:
+        return set()
+    found = {str(parsed.password)} if parsed.password else set()
+    given = parsed.query.get("password", ())
+    found |= {given} if isinstance(given, str) else set(given)
+    written = _WRITTEN.match(url)
+    found |= {written.group(1)} if written and parsed.password else set()
+    found |= set(_IN_QUERY.findall(url))
+    return found - {""}
+
+
 def hidden(text: str, url: str | None) -> str:
     """``text`` with ``url``'s password hidden (see the module's docstring)."""
     parsed = None
     with contextlib.suppress(ArgumentError):
         parsed = make_url(url) if url else None
-    if url and parsed is not None and parsed.password:
+    passwords = _passwords(url, parsed)
+    if url and parsed is not None and passwords:
         text = text.replace(url, parsed.render_as_string(hide_password=True))
-        written = _WRITTEN.match(url)
-        password = str(parsed.password)
-        forms = {password, quote(password, safe="")} | ({written.group(1)} if written else set())
+        forms = set(passwords) | {quote(password, safe="") for password in passwords}
         forms.discard("")
         user = parsed.username or ""
         for form in sorted(forms, key=len, reverse=True):  # the longest first

@@ -19,23 +19,57 @@ default), and the ledger (a state directory is not a host's row; a fence is).
 
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from pathlib import Path
 
 from promoter.errors import ConfigError
 from promoter.store.durable import make_dirs, write_new
 
 FILE = "host-id"
+LIMIT = 4096  # a host id is at most 200 characters (``promoter.config``)
 
 
 def recorded(state_dir: Path) -> str | None:
-    """The host id the state directory records, or None when it records none yet."""
+    """The host id the state directory records, or None when it records none yet.
+
+    The file is opened without following a symlink and without blocking (a FIFO), and
+    read only if it is a regular file, at most ``LIMIT`` bytes; anything else standing at
+    the name refuses the start (``config_error``) and is left as it is.
+    """
+    path = state_dir / FILE
     try:
-        text = (state_dir / FILE).read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
+        if os.path.lexists(path):  # a dangling symlink: something stands at the name
+            raise _not_a_file(path) from None
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{state_dir / FILE} cannot be read: {exc}") from exc
-    return text.strip()
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EISDIR):
+            raise _not_a_file(path) from exc
+        raise ConfigError(f"{path} cannot be read: {exc}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _not_a_file(path)
+        data = os.read(fd, LIMIT + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc}") from exc
+    finally:
+        os.close(fd)
+    if len(data) > LIMIT:
+        raise ConfigError(f"{path} holds more than one host id ({LIMIT} bytes or more)")
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc}") from exc
+
+
+def _not_a_file(path: Path) -> ConfigError:
+    return ConfigError(
+        f"{path} is not a regular file (a symlink, a directory or a device): it is left "
+        "as it is; replace it with a file naming the host this state directory belongs to"
+    )
 
 
 def claim(state_dir: Path, host_id: str, *, replaces: str | None = None) -> None:

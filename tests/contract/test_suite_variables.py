@@ -73,3 +73,23 @@ def test_a_session_with_a_mistyped_member_ends_at_its_start(tmp_path: Path) -> N
     said = done.stdout + done.stderr
     assert f"{TYPO} (did you mean PROMOTER_TEST_DATABASE?)" in said
     assert " passed" not in said and "collected" not in said  # no test ran
+
+
+# spelled apart as above: a slip in the family's own part of the name
+SLIPS = ["PROMOTER_" + "TESTS_DATABASE", "PROMOTER_" + "REQUIRES_BWRAP", "PROMOTER_" + "DATABASE"]
+
+
+@pytest.mark.parametrize("name", SLIPS)
+def test_a_slip_in_the_family_part_of_a_name_is_refused_too(name: str) -> None:
+    """``PROMOTER_TESTS_DATABASE`` is of no family, yet it is the suite's variable
+    mistyped: refused with the closest name, as a typo after the family is."""
+    said = refusal({name: "postgresql"})
+    assert said is not None and said.startswith(f"the suite does not read {name} (did you mean")
+
+
+def test_no_setting_of_the_daemon_is_taken_for_a_slip() -> None:
+    from promoter.config import Settings
+
+    settings = {f"PROMOTER_{field.upper()}": "x" for field in Settings.model_fields}
+    clients = ("PROMOTER_URL", "PROMOTER_TOKEN", "PROMOTER_GRANT", "PROMOTER_RUN")
+    assert refusal({**settings, **dict.fromkeys(clients, "x")}) is None

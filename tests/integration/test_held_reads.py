@@ -290,3 +290,36 @@ def test_a_directory_swapped_during_a_read_of_one_call_is_refused_in_that_paths_
     assert isinstance(after, LeafState)
     assert after == root.read_state("c/four.txt")  # the next read walked afresh
     assert (work / "c/four.txt").read_bytes() == b"in z"
+
+
+@pytest.mark.parametrize("mode", [0o555, 0o500])
+def test_a_directory_its_owner_made_read_only_is_read_under(
+    reads: Directories, work: Path, mode: int
+) -> None:
+    """A directory its owner can read and search but not write (``chmod a-w``, a
+    vendored tree) is not closed to them: a file under it reads as it is (an operation's
+    current targets, a recovery's read pass), never ``path_unsafe``."""
+    _tree(work)
+    (work / "a").chmod(mode)
+    try:
+        found = reads.read_states(["a/one.txt", "a/b/two.txt"])
+    finally:
+        (work / "a").chmod(0o755)
+    assert [type(leaf) for leaf in found] == [LeafState, LeafState], found
+
+
+@pytest.mark.parametrize("mode", [0o000, 0o300, 0o600, 0o070])
+def test_a_directory_closed_to_its_owner_is_refused_naming_it(
+    reads: Directories, work: Path, mode: int
+) -> None:
+    """One its owner cannot read or search is ``path_unsafe``, naming it (its path from
+    the worktree, not the target's) and its mode."""
+    _tree(work)
+    (work / "a/b").chmod(mode)
+    try:
+        (found,) = reads.read_states(["a/b/two.txt"])
+    finally:
+        (work / "a/b").chmod(0o755)
+    assert isinstance(found, PathUnsafe), found
+    assert found.context["at"] == "a/b" and found.context["mode"] == f"{mode:03o}"
+    assert "the directory 'a/b' is closed to its owner" in found.detail

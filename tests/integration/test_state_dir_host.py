@@ -8,6 +8,8 @@ in ``<state_dir>/host-id``; a daemon of another host then stops with ``config_er
 process, or the workers of ``serve --workers 2``) starts; so does a replacement configured
 with ``replaces_host`` naming the recorded host (a fence's handover). A daemon started
 without ``--host-id`` records the machine's id, and one with another id is refused.
+A ``host-id`` that is not a regular file (a symlink, a directory, a FIFO) refuses the
+start, never followed, read through or blocked on, and is kept as it is.
 """
 
 from __future__ import annotations
@@ -143,3 +145,36 @@ def test_a_replacement_named_for_the_recorded_host_shares_its_state_directory(
     refused = _serve(state, "host-c", PROMOTER_REPLACES_HOST="host-b")  # not the recorded
     assert refused.returncode == 78, refused.stderr
     assert refused.stderr.endswith(_refusal(state, "host-a", "host-c")), refused.stderr
+
+
+@pytest.mark.parametrize("planted", ["symlink_to_the_id", "directory", "fifo", "dangling_symlink"])
+def test_a_host_id_that_is_not_a_plain_file_refuses_the_start_and_is_kept(
+    tmp_path: Path, planted: str
+) -> None:
+    """``host-id`` planted as a symlink (even to a file naming this very host, outside the
+    state directory), a directory or a FIFO: the start refuses (``config_error``) without
+    following it, reading through it or blocking on it, and the entry stays as it was."""
+    from promoter.errors import ConfigError
+    from promoter.store import state_host
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    outside = tmp_path / "elsewhere"
+    outside.write_text("host-a\n")
+    entry = state / "host-id"
+    if planted == "symlink_to_the_id":
+        entry.symlink_to(outside)
+    elif planted == "dangling_symlink":
+        entry.symlink_to(tmp_path / "nothing")
+    elif planted == "directory":
+        entry.mkdir()
+    else:
+        os.mkfifo(entry)
+    before = os.lstat(entry)
+
+    with pytest.raises(ConfigError, match=r"host-id is not a regular file"):
+        state_host.claim(state, "host-a")
+    after = os.lstat(entry)
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+    assert outside.read_text() == "host-a\n"
+    assert sorted(p.name for p in state.iterdir()) == ["host-id"]

@@ -4,7 +4,9 @@ the refusal of any other member of those families at the session's start.
 A mistyped member (``DATABSE`` for ``DATABASE`` in ``PROMOTER_TEST_DATABASE``) was read by nothing: the suite
 ran on SQLite while its runner believed it ran on PostgreSQL, and a mistyped
 ``PROMOTER_REQUIRE_BWRAP`` let a missing bubblewrap skip instead of fail. ``refusal``
-names each such variable with the closest known name (difflib), and a value of
+names each such variable with the closest known name (difflib), any other ``PROMOTER_``
+name close to a known one that is no setting of the daemon (a slip in the family's own
+part: ``PROMOTER_TESTS_DATABASE``), and a value of
 ``PROMOTER_TEST_DATABASE`` the suite does not know; ``tests/conftest.py`` ends the
 session with it before a test runs. ``tests/contract/test_suite_variables.py`` checks
 that ``KNOWN`` holds every name the suite, CI and the Makefile use, and nothing else.
@@ -43,6 +45,23 @@ def _closest(name: str) -> str:
     return f" (did you mean {known[found[0]]}?)" if found else ""
 
 
+def _slips(environ: Mapping[str, str]) -> list[str]:
+    """``PROMOTER_`` names of no family that are a known name mistyped in the family's own
+    part (``PROMOTER_TESTS_DATABASE``, ``PROMOTER_DATABASE``): close to a known name, and
+    neither a setting of the daemon nor a client's variable."""
+    from promoter.config import Settings  # the daemon's settings: never taken for a slip
+
+    settings = {f"{_PREFIX}{field.upper()}" for field in Settings.model_fields}
+    return sorted(
+        name
+        for name in environ
+        if name.upper().startswith(_PREFIX)
+        and not name.upper().startswith(FAMILIES)
+        and name.upper() not in settings
+        and _closest(name)
+    )
+
+
 def refusal(environ: Mapping[str, str]) -> str | None:
     """Why the suite must not run with ``environ``, or None: each variable of the suite's
     families it does not read, and an unknown ``PROMOTER_TEST_DATABASE``."""
@@ -50,6 +69,7 @@ def refusal(environ: Mapping[str, str]) -> str | None:
         name for name in environ if name.upper().startswith(FAMILIES) and name not in KNOWN
     )
     lines = [f"{name}{_closest(name)}" for name in unknown]
+    lines += [f"{name}{_closest(name)}" for name in _slips(environ)]
     database = environ.get("PROMOTER_TEST_DATABASE")
     if database is not None and database not in DATABASES:
         lines.append(f"PROMOTER_TEST_DATABASE={database} (it is sqlite or postgresql)")

@@ -116,3 +116,24 @@ def test_an_unreachable_database_logs_its_reason_with_the_url_hidden(
         "the database cannot be reached: connection to "
         "postgresql+psycopg://postgres:***@db.internal:5433/postgres failed: Connection refused"
     ]
+
+
+def test_a_password_given_in_the_query_string_is_hidden_where_it_stands() -> None:
+    """A password set as the URL's ``?password=`` (percent-encoded there) is the URL's
+    password too: hidden decoded and encoded where it stands, not only after ``=``."""
+    url = "postgresql+psycopg://promoter@db.internal/ledger?password=s3cr%40t"
+    message = f"connecting to {url} with {{'password': 's3cr@t'}} failed: password: s3cr%40t"
+    told = _told(message, url)
+    assert "s3cr" not in told, told
+    assert told == (
+        "connecting to postgresql+psycopg://promoter@db.internal/ledger?password=*** with "
+        "{'password': '***'} failed: password: ***"
+    )
+
+
+def test_a_quoted_setting_with_an_escaped_quote_is_hidden_whole() -> None:
+    """libpq quotes a conninfo value with ``'`` and escapes a quote in it as ``\\'``:
+    the whole value is hidden, not only up to the escaped quote."""
+    url = "postgresql+psycopg://promoter@db.internal/ledger"  # the password set elsewhere
+    told = _told(r"invalid connection string: host=db password='it\'s x' port=5", url)
+    assert told == "invalid connection string: host=db password=*** port=5", told
