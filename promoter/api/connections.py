@@ -20,10 +20,13 @@ descriptors ran out and its own files (journal, blobs, ledger) could not be open
   taken), so a client that reads slowly but steadily is never cut;
 - the cap: at most ``connection_cap`` connections are open, counted as they are
   accepted (``Gate``, ``GatedListener``: asyncio accepts a whole batch before any
-  protocol is made). One past it closes the oldest one whose request is not yet whole
-  (its head or body still coming, or idle between requests); while those close (a few,
-  ``slack``), or when every connection carries a request the daemon is answering, a
-  new one is closed as soon as it is accepted.
+  protocol is made). One past it closes the one silent the longest of those whose
+  request is not yet whole (its head or body still coming, or idle between requests):
+  the longest since its last byte received, or since the daemon last let it send (its
+  opening, an answer's end, reading resumed) if later. An upload that keeps sending is
+  never chosen while a silent connection is open, however old it is. While those close
+  (a few, ``slack``), or when every connection carries a request the daemon is
+  answering or has stopped reading, a new one is closed as soon as it is accepted.
 
 Every close of these is counted on ``/metrics`` by its reason (``Closes``: ``head``,
 ``body``, ``make_room``, ``at_accept``, ``drain``), a deadline's logged at info, and the
@@ -53,10 +56,12 @@ import socket
 import struct
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from promoter.api import logs
@@ -68,7 +73,7 @@ log = logging.getLogger("promoter.api.connections")
 
 HEAD = "head"
 BODY = "body"
-MAKE_ROOM = "make_room"  # closed at the cap, the oldest not yet whole, for a new one
+MAKE_ROOM = "make_room"  # closed at the cap, the silent longest not yet whole, for a new one
 AT_ACCEPT = "at_accept"  # closed at the cap as soon as accepted: no room could be made
 DRAIN = "drain"  # the client took none of its answer in time
 REASONS = (HEAD, BODY, MAKE_ROOM, AT_ACCEPT, DRAIN)
@@ -159,7 +164,14 @@ class Closes:
 class Gate:
     """The connections of one server, counted from their accept to their loss: at most
     ``cap`` held, and ``slack`` more while the ones closed to make room go; ``closes``
-    counts those it closes."""
+    counts those it closes.
+
+    ``waiting`` holds the connections in the client's turn whose reading is not paused,
+    the one silent the longest first: one enters at the back when its turn begins or its
+    reading resumes, moves to the back at each read of its bytes (``heard``: a lookup and
+    a move, no clock), and leaves when the daemon's turn begins or it is lost. The order
+    is that of the events themselves, so no two are tied, and those that sent nothing
+    are in the order they opened. Choosing is taking the front: O(1)."""
 
     def __init__(self, cap: int, closes: Closes | None = None) -> None:
         self.cap = cap
@@ -168,17 +180,20 @@ class Gate:
         self.accepted = 0  # accepted, their protocol not yet made
         # made, not yet lost (weak: a protocol whose transport failed to start is gone)
         self.open: weakref.WeakSet[BoundedHttpToolsProtocol] = weakref.WeakSet()
+        self.waiting: OrderedDict[BoundedHttpToolsProtocol, None] = OrderedDict()
+
+    def heard(self, connection: BoundedHttpToolsProtocol) -> None:
+        """Bytes of ``connection`` read: if it is waiting, it is now the least silent."""
+        if connection in self.waiting:
+            self.waiting.move_to_end(connection)
 
     def admit(self) -> bool:
         """Whether a connection just accepted may stay (room made for it when needed)."""
         held = self.accepted + len(self.open)
         if held >= self.cap:
-            if held >= self.cap + self.slack:
+            if held >= self.cap + self.slack or not self.waiting:
                 return False
-            waiting = [c for c in self.open if c.client_since is not None]
-            if not waiting:
-                return False
-            min(waiting, key=lambda c: c.client_since or 0.0).close()
+            next(iter(self.waiting)).close()
             self.closes.closed(MAKE_ROOM)
         self.accepted += 1
         return True
@@ -206,6 +221,28 @@ def gated(sock: socket.socket, gate: Gate) -> GatedListener:
     return listener
 
 
+class _Flow(FlowControl):
+    """uvicorn's flow control of one connection, which leaves its gate's ``waiting`` while
+    its reading is paused (a body the route has not yet taken, a pipelined request: the
+    daemon's delay, not the client's silence) and comes back at the back when it
+    resumes."""
+
+    def __init__(self, transport: asyncio.Transport, connection: BoundedHttpToolsProtocol):
+        super().__init__(transport)
+        self._connection = connection
+
+    def pause_reading(self) -> None:
+        super().pause_reading()
+        self._connection.gate.waiting.pop(self._connection, None)
+
+    def resume_reading(self) -> None:
+        paused = self.read_paused
+        super().resume_reading()
+        connection = self._connection
+        if paused and connection.clients_turn and not connection.transport.is_closing():
+            connection.gate.waiting[connection] = None
+
+
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the client's side bounded (the module docstring).
     ``bounds`` and ``gate`` are set on the class ``bounded_protocol`` makes."""
@@ -220,14 +257,15 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.gate.open.add(self)
         self._deadline: asyncio.TimerHandle | None = None
         self._timing: str | None = None  # HEAD or BODY while a deadline runs
-        # when the client's turn began (opened, or last answered); None: the daemon's turn
-        self.client_since: float | None = None
+        # from the opening or an answer's end until the request is whole (the gate's
+        # ``waiting`` while its reading is not paused); False: the daemon's turn, or gone
+        self.clients_turn = False
         self._drain: asyncio.TimerHandle | None = None  # while the daemon waits on the client
         self._unsent = 0  # bytes the transport held when the drain was last timed
 
     def close(self) -> None:
         """Closed to make room, at once (nothing buffered for it is sent)."""
-        self.client_since = None
+        self._daemons_turn()
         self.transport.abort()
 
     # the turns
@@ -245,8 +283,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._timing = None
 
     def _clients_turn(self) -> None:
-        self.client_since = time.monotonic()
+        self.clients_turn = True
+        if not self.flow.read_paused:
+            self.gate.waiting[self] = None
+            self.gate.waiting.move_to_end(self)
         self._arm(HEAD)
+
+    def _daemons_turn(self) -> None:
+        """The daemon's turn, or gone: not one to close to make room."""
+        self.clients_turn = False
+        self.gate.waiting.pop(self, None)
 
     def _expired(self, kind: str) -> None:
         self._deadline = self._timing = None
@@ -272,7 +318,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             waited_for=kind,
         )
         self.gate.closes.closed(kind)
-        self.client_since = None  # gone: not one to close again to make room
+        self._daemons_turn()  # gone: not one to close again to make room
         self.transport.abort()
 
     # the drain
@@ -304,7 +350,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             waited_for=DRAIN,
         )
         self.gate.closes.closed(DRAIN)
-        self.client_since = None  # gone: not one to close again to make room
+        self._daemons_turn()  # gone: not one to close again to make room
         sock = self.transport.get_extra_info("socket")
         if sock is not None:  # nothing more of it sent: the kernel drops what it holds
             with contextlib.suppress(OSError):
@@ -323,14 +369,19 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.flow = _Flow(transport, self)  # before any request's cycle is given it
         self._clients_turn()
+
+    def data_received(self, data: bytes) -> None:
+        self.gate.heard(self)  # before the parser: a request it completes is the daemon's
+        super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         if self._drain is not None:
             self._drain.cancel()
             self._drain = None
-        self.client_since = None
+        self._daemons_turn()
         self.gate.open.discard(self)
         super().connection_lost(exc)
 
@@ -347,7 +398,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
         if self.cycle is not None and not self.cycle.response_complete:
             self._disarm()  # the daemon's turn until it answers
-            self.client_since = None
+            self._daemons_turn()
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)

@@ -10,11 +10,13 @@ bound (the drip's pace is the wait for the close, never a synchronization).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import resource
 import select
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ import pytest
 from promoter import faults
 from promoter.api import connections
 from promoter.api.connections import connection_cap
+from promoter.store.blobs import BlobWriter
 from promoter.store.credentials import add_operator
 from tests.support.daemon import Daemon, running_daemon
 from tests.support.flows import init_repo, sha
@@ -317,6 +320,124 @@ def test_a_flood_at_the_cap_is_counted_and_logged_in_one_line(
     ]
     assert lines == [
         (logging.WARNING, "at the cap of 1 connections: closed 1 to make room and 0 at accept")
+    ]
+
+
+# the cap's choice: the connection silent the longest, not the oldest
+FAIR_CAP = 8
+ROUNDS = 3 * FAIR_CAP  # a chunk of the upload, then a new connection of the flood
+CHUNK = 16 * 1024
+
+
+def _executor_token(url: str, orchestrator_token: str) -> str:
+    """A token of run ``run_1``, asked on a connection the daemon has closed on return."""
+    body = json.dumps({"executor_run_id": "run_1", "ttl_seconds": 3600}).encode()
+    with _connect(url) as sock:
+        sock.sendall(
+            b"POST /v1/executor-tokens HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            + f"Authorization: Bearer {orchestrator_token}\r\n".encode()
+            + b"Content-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        answer = _closed(sock)  # read to the daemon's close: its connection is gone
+    head, _, document = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 201 Created\r\n"), answer
+    token: str = json.loads(document)["token"]
+    return token
+
+
+@pytest.mark.parametrize("flood", ["silent", "dripping"])
+def test_a_flood_of_new_connections_does_not_close_an_upload_that_keeps_sending(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch, flood: str
+) -> None:
+    """A local process reconnecting in a loop at a cap of 8, each connection sending
+    nothing (or, dripping, a byte of a head now and then, rarer than the upload's
+    chunks): the cap closed the oldest connection whose request was not whole, and the
+    executor's blob upload in progress, sending all the while, was the oldest once the
+    flood had been closed past it. Each round sends a chunk of the upload and waits until
+    the blob's writer has taken it (so the daemon read it: the order is the test's own),
+    then opens a connection of the flood and waits for the one closed to make room for
+    it: always a connection of the flood (the one silent the longest), and the upload is
+    stored whole."""
+    written = threading.Condition()
+    taken = [0]  # bytes the blob's writer took
+    write = BlobWriter.write
+
+    def counted(writer: BlobWriter, chunk: bytes | memoryview) -> None:
+        write(writer, chunk)
+        with written:
+            taken[0] += len(chunk)
+            written.notify_all()
+
+    def read_to(end: int) -> None:
+        with written:
+            assert written.wait_for(lambda: taken[0] >= end, PATIENCE), (taken[0], end)
+
+    monkeypatch.setattr(BlobWriter, "write", counted)
+    blob = b"".join(hashlib.sha256(b"%d" % n).digest() * (CHUNK // 32) for n in range(ROUNDS + 1))
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        max_connections=FAIR_CAP,
+        request_head_seconds=600,  # the cap alone, not the deadline
+    ) as daemon:
+        token = _executor_token(daemon.url, daemon.orchestrator_token)
+        floods: list[socket.socket] = []  # silent the longest first
+        for _ in range(FAIR_CAP - 1):  # each made in the daemon (answered), then a head begun
+            floods.append(_connect(daemon.url))
+            floods[-1].sendall(HEAD + b"\r\n")
+            assert _answer(floods[-1]).startswith(b"HTTP/1.1 200 OK\r\n")
+            floods[-1].sendall(HEAD[:1])
+        dripped = dict.fromkeys(floods, 1)
+        upload = _connect(daemon.url)  # the eighth: the cap is full
+        try:
+            upload.sendall(
+                f"PUT /v1/blobs/sha256/{sha(blob)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\n"
+                f"Content-Length: {len(blob)}\r\n\r\n".encode()
+                + blob[:CHUNK]
+            )
+            read_to(CHUNK)
+            for sent in range(1, ROUNDS + 1):
+                upload.sendall(blob[sent * CHUNK : (sent + 1) * CHUNK])
+                read_to((sent + 1) * CHUNK)
+                if flood == "dripping":  # the flood's silent longest: a byte, to the back
+                    drip = floods.pop(0)
+                    drip.sendall(HEAD[dripped[drip] : dripped[drip] + 1])
+                    dripped[drip] += 1
+                    floods.append(drip)
+                new = _connect(daemon.url)
+                readable, _, _ = select.select([upload, *floods], [], [], PATIENCE)
+                assert readable, f"nothing closed to make room in {PATIENCE} s"
+                assert (
+                    upload not in readable
+                ), f"round {sent}: the upload closed to make room: {_closed(upload)!r}"
+                for sock in readable:
+                    assert _closed(sock) == b""
+                    floods.remove(sock)
+                    sock.close()
+                floods.append(new)
+                dripped[new] = 0
+            answer = _answer(upload)
+            upload.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            scraped = _closed(upload)
+        finally:
+            upload.close()
+            for sock in floods:
+                sock.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 201 Created\r\n"), answer
+    assert json.loads(body) == {"sha256": sha(blob), "bytes": len(blob), "created": True}
+    (stored,) = [p for p in (tmp_path / "state").rglob(sha(blob)) if p.is_file()]
+    assert stored.read_bytes() == blob
+    assert scraped.startswith(b"HTTP/1.1 200 OK\r\n"), scraped[:200]
+    assert _closed_counts(scraped.decode()) == [
+        'promoter_connections_closed_total{reason="head"} 0.0',
+        'promoter_connections_closed_total{reason="body"} 0.0',
+        f'promoter_connections_closed_total{{reason="make_room"}} {float(ROUNDS)}',
+        'promoter_connections_closed_total{reason="at_accept"} 0.0',
+        'promoter_connections_closed_total{reason="drain"} 0.0',
     ]
 
 
