@@ -250,3 +250,29 @@ def test_an_import_that_fails_leaves_the_collector_on(
     with pytest.raises(expected):
         run_args.dispatch(**values)
     assert gc.isenabled()
+
+
+def test_every_option_is_repeated_by_a_next_command_or_said_why_not() -> None:
+    """A next command a step names (``--continue RUN ...``) repeats exactly the options
+    the run's record does not hold; every other option of ``run`` says why not."""
+    repeated, others = set(run_args.REPEATED), set(run_args.NOT_REPEATED)
+    assert not repeated & others
+    assert repeated | others == set(run_args.RUN.options)
+
+
+def test_the_repeated_options_are_those_given_other_than_their_defaults() -> None:
+    values = run_args.parse(
+        ["run", "--keep", "--network", "--timeout", "90", "--memory", "2G", "--yes",
+         "--pass-env", "A", "--pass-env", "B", "--hide", "/srv", "--symlinks", "inside",
+         "--state-dir", "st", "--", "x"],
+        {},
+    )  # fmt: skip
+    assert values is not None
+    assert run_args.repeated(values) == (
+        "--keep", "--network", "--timeout", "90", "--memory", "2G", "--symlinks", "inside",
+        "--pass-env", "A", "--pass-env", "B", "--hide", "/srv",
+    )  # fmt: skip
+    defaults = run_args.parse(["run", "--timeout", "3600", "--memory", "8G", "--", "x"], {})
+    assert defaults is not None and run_args.repeated(defaults) == ()
+    halves = run_args.parse(["run", "--timeout", "1.5", "--", "x"], {})
+    assert halves is not None and run_args.repeated(halves) == ("--timeout", "1.5")
