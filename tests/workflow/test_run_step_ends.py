@@ -225,3 +225,32 @@ def test_a_directory_the_person_closed_to_themselves_is_not_written_from_head(
     step = _step(daemon)
     assert (step.status, step.code) == ("refused", "path_unsafe")
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+
+
+def test_a_head_moved_as_the_run_starts_is_base_moved_and_nothing_is_made(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    """An overlay's start, paused once the daemon said HEAD (``start_head_read``): the
+    person commits, and the start's own read of HEAD finds it moved. ``base_moved`` (75,
+    a race to run again), not ``config_error`` (78, a setting to fix): nothing was made,
+    no sandbox, no step; the person's commit untouched."""
+    bwrap.confining()
+    base = git(repo, "rev-parse", "HEAD").strip()
+    pause = Pause(tmp_path, "start_head_read")
+    env = {layers.LAYOUT_ENV: "overlay", "PROMOTER_FAULTS": pause.spec}
+    term = _run(daemon, repo, "echo new > new.txt", env=env)
+    pause.reached()
+    (repo / "README.md").write_bytes(b"# project, moved on\n")
+    commit_all(repo, "the person moves on")
+    moved = git(repo, "rev-parse", "HEAD").strip()
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    pause.release()
+    assert term.finish() == 75, term.text()
+    assert (
+        f"error [base_moved] {repo}'s HEAD moved from {base[:12]} to {moved[:12]} while the "
+        "run started; nothing was made; next: run the same command again: it starts from "
+        "HEAD and your files as they are then"
+    ).encode() in term.plain
+    assert sandboxes.list_runs(daemon.state_dir) == []
+    assert not (repo / "new.txt").exists()
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
