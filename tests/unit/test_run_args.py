@@ -276,3 +276,20 @@ def test_the_repeated_options_are_those_given_other_than_their_defaults() -> Non
     assert defaults is not None and run_args.repeated(defaults) == ()
     halves = run_args.parse(["run", "--timeout", "1.5", "--", "x"], {})
     assert halves is not None and run_args.repeated(halves) == ("--timeout", "1.5")
+
+
+def test_a_remedy_carries_the_words_quoted_and_leaves_out_the_option_it_gives() -> None:
+    """``Run.options``: each word quoted for a shell; a remedy naming ``--symlinks any``
+    itself leaves the step's ``--symlinks inside`` (the option and its value) out."""
+    from promoter.executor.run.state import Run
+    from promoter.executor.sandbox import RunRecord
+
+    record = RunRecord(
+        run_id="run_1", repository="app", worktree="/w", branch="refs/heads/main",
+        base_commit="c" * 40, base_tree="t" * 40, clone="/c", created_at="now",
+    )  # fmt: skip
+    run = Run(Path("/state"), record)
+    assert run.options() == ""
+    run.again = ("--keep", "--symlinks", "inside", "--hide", "/srv/my dir", "--timeout", "90")
+    assert run.options() == " --keep --symlinks inside --hide '/srv/my dir' --timeout 90"
+    assert run.options(but="--symlinks") == " --keep --hide '/srv/my dir' --timeout 90"
