@@ -120,6 +120,7 @@ from bench import (
     rows_run_small,
     rows_verify,
     rows_workers,
+    variables,
 )
 from bench import workload as wl
 from bench.harness import (
@@ -583,6 +584,7 @@ def format_result(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    variables.stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     parser = argparse.ArgumentParser(description="The speed table, or only some of its rows.")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(

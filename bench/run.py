@@ -24,6 +24,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from bench import variables
+
 
 def _optional_module(name: str) -> ModuleType | None:
     try:
@@ -100,6 +102,7 @@ def _write(path: str | None, results: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    variables.stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     parser = argparse.ArgumentParser(description="Run promoter's benchmarks and print ratios.")
     parser.add_argument("--files", type=int, default=1000, help="promotion bundle size")
     parser.add_argument("--size", type=int, default=4096, help="bytes per file")

@@ -32,7 +32,17 @@ from typing import Any
 from promoter.cli import args_reader
 from promoter.cli.args_reader import Table, flag, many, path, value
 
-__all__ = ["RUN", "TABLES", "Uncollected", "dispatch", "invoke", "parse"]
+__all__ = [
+    "NOT_REPEATED",
+    "REPEATED",
+    "RUN",
+    "TABLES",
+    "Uncollected",
+    "dispatch",
+    "invoke",
+    "parse",
+    "repeated",
+]
 
 _DECIMAL = re.compile(r"[0-9]{1,15}(\.[0-9]{1,15})?")
 _DIGITS = re.compile(r"[0-9]{1,15}")
@@ -95,6 +105,66 @@ RUN = Table(  # each option of ``run``: the parameter of ``run_cmd.run`` it sets
 )
 TABLES = (RUN,)
 
+# A next command a step names (``promoter run --continue RUN ...``) repeats these as the
+# step was given them: how its command runs and whether its sandbox stays, which the run's
+# record does not hold (docs/guide/sandbox.md). Every other option is in NOT_REPEATED, with
+# why (checked against RUN by ``tests/unit/test_run_args.py``).
+REPEATED = (
+    "--keep",
+    "--unconfined",
+    "--network",
+    "--timeout",
+    "--memory",
+    "--max-procs",
+    "--max-file-size",
+    "--symlinks",
+    "--pass-env",
+    "--hide",
+)
+NOT_REPEATED = {
+    "--repo": "the record's",
+    "--allow": "the record's (a step given it saves it there)",
+    "--from-head": "a new run's start only",
+    "--continue": "the next command's own",
+    "--yes": "the person's answer at that step (named where it is the remedy)",
+    "--diff": "the person's way to read that step",
+    "--json": "the person's way to read that step",
+    "--state-dir": "the daemon's, found as for any command (flag, environment, daemon.json)",
+    "--url": "the daemon's, found as for any command (flag, environment, daemon.json)",
+    "--token-file": "the daemon's, found as for any command (flag, environment, daemon.json)",
+    "--list": "another command",
+    "--prune": "another command",
+    "--older-than": "another command",
+    "--remove": "another command",
+}
+
+
+def _word(given: Any) -> str:
+    """An option's value as typed again: a path resolved (the next command may be typed
+    elsewhere), a whole number of seconds without its ``.0``."""
+    if isinstance(given, Path):
+        return str(given.resolve())
+    if isinstance(given, float):
+        return str(int(given)) if given.is_integer() else repr(given)
+    return str(given)
+
+
+def repeated(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """The words of the ``REPEATED`` options ``values`` (``run_cmd.run``'s parameters, by
+    name) give other than their defaults, in ``REPEATED``'s order."""
+    words: list[str] = []
+    for name in REPEATED:
+        option = RUN.options[name]
+        given = values.get(option.param, RUN.defaults[option.param])
+        if option.kind == args_reader.FLAG:
+            words += [name] if given else []
+        elif option.kind == args_reader.MANY:
+            for each in given or ():
+                words += [name, _word(each)]
+        elif given != RUN.defaults[option.param]:
+            words += [name, _word(given)]
+    return tuple(words)
+
 
 def parse(argv: Sequence[str], environ: Mapping[str, str]) -> dict[str, Any] | None:
     """The values typer would hand ``run_cmd.run`` for ``argv`` (the program's arguments),
@@ -155,6 +225,12 @@ def dispatch(
         from promoter.cli.run_person import TerminalPerson
         from promoter.cli.run_start import start
 
+    given = {  # what a next command this step names gives again
+        "keep": keep, "timeout": timeout, "unconfined": unconfined, "network": network,
+        "memory": memory, "max_procs": max_procs, "max_file_size": max_file_size,
+        "symlinks": symlinks, "pass_env": pass_env, "hide": hide,
+    }  # fmt: skip
+    again = repeated(given)
     start(
         target,
         command,
@@ -173,6 +249,7 @@ def dispatch(
         pass_env=pass_env,
         hide=hide,
         symlinks=symlinks,
+        again=again,
     )
 
 

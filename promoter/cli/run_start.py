@@ -114,8 +114,12 @@ def start(
     pass_env: list[str] | None,
     hide: list[Path] | None,
     symlinks: str,
+    again: tuple[str, ...] = (),
 ) -> None:
-    """Run ``command`` in a new sandbox (or ``continue_run``'s) and promote what it changed."""
+    """Run ``command`` in a new sandbox (or ``continue_run``'s) and promote what it changed.
+
+    ``again``: the options a next command this step names gives again
+    (``run_args.repeated``)."""
     state, address = target.state_dir, target.url
     if not command and continue_run is None:
         raise _usage_error("no command: promoter run [--repo NAME] -- CMD ARGS...")
@@ -130,19 +134,20 @@ def start(
     # every directory holding promoter's credentials, state or keys (unconfined: none)
     credential = target.token_path
     secrets = [] if unconfined else hidden.secret_dirs(state, credential, address, os.environ)
+    hidden_dirs = [_hidden_dir(p) for p in hide or ()]
     how = flow.Confinement(
         unconfined=unconfined,
         network=network,
         limits=confine.Limits(_size(memory), max_procs, _size(max_file_size)),
         pass_env=tuple(pass_env or ()),
-        hide=(*(_hidden_dir(p) for p in hide or ()), *secrets),
+        hide=(*hidden_dirs, *secrets),
         symlinks=links.policy(symlinks),
     )
     confine.sandbox_env({}, {}, Path(), how.pass_env)  # a bad --pass-env: refused now
     host = flow.Host(address, _token(target), state)
     if continue_run is not None and not command:
         run = Run(state, sandboxes.load(state, continue_run))
-        run.keep = keep
+        run.again = again
         with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
             try:
                 flow.promote_submitted(host, run, person, outcome)
@@ -178,7 +183,7 @@ def start(
             else:
                 run = _new_sandbox(host, repo, allow, from_head, unconfined, probed)
                 person.say(answers.started(run.record))
-        run.keep = keep
+        run.again = again
         with _outcome_printed(run, person.json) as outcome, _kept_on_interrupt(run):
             try:
                 flow.step(

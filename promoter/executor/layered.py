@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from promoter import faults
-from promoter.errors import ConfigError, GrantInvalid
+from promoter.errors import BaseMoved, GrantInvalid
 from promoter.executor import base_cache, layers, upper
 from promoter.executor.builder import BuiltBundle, build_bundle
 from promoter.executor.start_state import StartState, capture_into
@@ -66,15 +66,23 @@ def head_tree(
     """The tree of ``head``, which must still be the worktree's HEAD (``found``: the
     worktree's layout, when the caller discovered it already). HEAD still on ``branch``
     at ``head`` is read in one ``git for-each-ref`` (``head_on_branch``); any other case
-    as before, by ``rev-parse``."""
+    as before, by ``rev-parse``. A HEAD the person moved since the daemon read it is
+    ``base_moved`` (a run started as HEAD moved: nothing is made yet; starting again
+    starts from HEAD as it is then; docs/decisions/a-head-moved-as-a-run-starts.md)."""
     layout = found or discover(worktree)
     if branch is not None:
         on = head_on_branch(layout, branch)
         if on is not None and on.commit == head and on.tree is not None:
             return on.tree
     current = run_git(["rev-parse", "--verify", "HEAD^{commit}"], env=repo_env(layout))
-    if current.stdout.decode().strip() != head:
-        raise ConfigError(f"the worktree's HEAD is not at {head[:12]} any more; run again")
+    moved = current.stdout.decode().strip()
+    if moved != head:
+        raise BaseMoved(
+            f"{worktree}'s HEAD moved from {head[:12]} to {moved[:12]} while the run "
+            "started; nothing was made; next: run the same command again: it starts from "
+            "HEAD and your files as they are then",
+            head=moved,
+        )
     tree = run_git(["rev-parse", "--verify", f"{head}^{{tree}}"], env=repo_env(layout))
     return tree.stdout.decode().strip()
 

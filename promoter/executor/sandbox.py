@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from promoter import faults
 from promoter.domain.record_type import as_dict, field, record
 from promoter.errors import ConfigError, NotFound, WriteFailed
 from promoter.executor.run.status import RunStatus
@@ -173,6 +174,7 @@ def create(
     if layout == "overlay":
         # the worktree's layout, discovered once for the head's tree and the layers
         overlay = found or discover(worktree)
+        faults.point("start_head_read")  # the daemon's HEAD in hand, its tree not yet read
         tree = layered.head_tree(worktree, head, found=overlay, branch=branch)
         _made(home, ready)
         # the daemon's watch asked while the record is saved and the layers are made

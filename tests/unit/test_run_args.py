@@ -250,3 +250,46 @@ def test_an_import_that_fails_leaves_the_collector_on(
     with pytest.raises(expected):
         run_args.dispatch(**values)
     assert gc.isenabled()
+
+
+def test_every_option_is_repeated_by_a_next_command_or_said_why_not() -> None:
+    """A next command a step names (``--continue RUN ...``) repeats exactly the options
+    the run's record does not hold; every other option of ``run`` says why not."""
+    repeated, others = set(run_args.REPEATED), set(run_args.NOT_REPEATED)
+    assert not repeated & others
+    assert repeated | others == set(run_args.RUN.options)
+
+
+def test_the_repeated_options_are_those_given_other_than_their_defaults() -> None:
+    values = run_args.parse(
+        ["run", "--keep", "--network", "--timeout", "90", "--memory", "2G", "--yes",
+         "--pass-env", "A", "--pass-env", "B", "--hide", "/srv", "--symlinks", "inside",
+         "--state-dir", "st", "--", "x"],
+        {},
+    )  # fmt: skip
+    assert values is not None
+    assert run_args.repeated(values) == (
+        "--keep", "--network", "--timeout", "90", "--memory", "2G", "--symlinks", "inside",
+        "--pass-env", "A", "--pass-env", "B", "--hide", "/srv",
+    )  # fmt: skip
+    defaults = run_args.parse(["run", "--timeout", "3600", "--memory", "8G", "--", "x"], {})
+    assert defaults is not None and run_args.repeated(defaults) == ()
+    halves = run_args.parse(["run", "--timeout", "1.5", "--", "x"], {})
+    assert halves is not None and run_args.repeated(halves) == ("--timeout", "1.5")
+
+
+def test_a_remedy_carries_the_words_quoted_and_leaves_out_the_option_it_gives() -> None:
+    """``Run.options``: each word quoted for a shell; a remedy naming ``--symlinks any``
+    itself leaves the step's ``--symlinks inside`` (the option and its value) out."""
+    from promoter.executor.run.state import Run
+    from promoter.executor.sandbox import RunRecord
+
+    record = RunRecord(
+        run_id="run_1", repository="app", worktree="/w", branch="refs/heads/main",
+        base_commit="c" * 40, base_tree="t" * 40, clone="/c", created_at="now",
+    )  # fmt: skip
+    run = Run(Path("/state"), record)
+    assert run.options() == ""
+    run.again = ("--keep", "--symlinks", "inside", "--hide", "/srv/my dir", "--timeout", "90")
+    assert run.options() == " --keep --symlinks inside --hide '/srv/my dir' --timeout 90"
+    assert run.options(but="--symlinks") == " --keep --hide '/srv/my dir' --timeout 90"

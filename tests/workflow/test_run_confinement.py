@@ -481,7 +481,7 @@ def test_a_timeout_ends_every_process_of_the_sandbox(
     assert result.exception.detail == (
         f"the command did not finish within 2 s and was ended with every process of it; "
         f"nothing was submitted; the sandbox is kept: {record.clone} (the next step: "
-        f"promoter run --continue {record.run_id} -- CMD)"
+        f"promoter run --continue {record.run_id} --keep --timeout 2 -- CMD)"
     )
     assert record.steps[-1].status == "command_failed"
     assert _marked(sleeper) == []

@@ -87,7 +87,7 @@ def test_the_agents_failure_is_command_failed_with_its_status(
     assert (
         f"error [command_failed] the command {ended}; nothing was submitted; the sandbox "
         f"is kept: {record.clone} (the next step: promoter run --continue {record.run_id} "
-        "-- CMD)"
+        "--unconfined -- CMD)"
     ) in result.stderr
     assert tree_bytes(repo) == before
     assert record.steps[0].status == "command_failed"
@@ -119,7 +119,8 @@ def test_a_timeout_is_the_commands_failure_with_the_sandbox_and_the_next_step(
     assert (
         f"error [command_failed] the command did not finish within 1 s and was ended with "
         f"every process of it; nothing was submitted; the sandbox is kept: {record.clone} "
-        f"(the next step: promoter run --continue {record.run_id} -- CMD)"
+        f"(the next step: promoter run --continue {record.run_id} --unconfined --timeout 1 "
+        "-- CMD)"
     ) in result.stderr
     assert tree_bytes(repo) == before
     assert record.steps[0].status == "command_failed"
@@ -154,7 +155,8 @@ def test_ctrl_c_while_the_agent_runs_keeps_the_sandbox_and_names_the_next_step(
     record = _only_run(daemon)
     assert stderr.splitlines()[-1] == (
         f"error [interrupted] interrupted: nothing was promoted; the sandbox is kept: "
-        f"{record.clone}; run the step again with promoter run --continue {record.run_id} -- CMD"
+        f"{record.clone}; run the step again with promoter run --continue {record.run_id} "
+        "--unconfined -- CMD"
     )
     assert tree_bytes(repo) == before
     assert record.steps[0].status == "interrupted"
@@ -228,7 +230,7 @@ def test_ctrl_c_at_the_question_names_the_bundle_and_the_remedy_promotes_it(
     assert (
         f"error [interrupted] interrupted: nothing was promoted; the sandbox is kept: "
         f"{record.clone}; bundle {step.bundle_id} stays submitted: promote it with promoter "
-        f"run --continue {record.run_id} --yes{' --keep' if keep else ''}\n"
+        f"run --continue {record.run_id} --yes{' --keep' if keep else ''} --unconfined\n"
     ) in text
     assert tree_bytes(repo) == before
 
@@ -279,7 +281,7 @@ def test_ctrl_c_after_yes_while_the_host_promotes_says_it_finishes_and_names_the
         f"error [interrupted] interrupted after the host was asked to promote bundle "
         f"{step.bundle_id}: it finishes that promotion, so your worktree may still change; "
         f"the sandbox is kept: {record.clone}; its outcome: promoter run --continue "
-        f"{record.run_id} --yes"
+        f"{record.run_id} --yes --unconfined"
     ) in " ".join(text.split()), repr(text[-700:])
     assert "nothing was promoted" not in text
 
@@ -325,7 +327,7 @@ def test_ctrl_c_while_the_one_request_of_yes_promotes_names_its_bundle_and_outco
         f"error [interrupted] interrupted after the host was asked to promote bundle "
         f"{step.bundle_id}: it finishes that promotion, so your worktree may still change; "
         f"the sandbox is kept: {record.clone}; its outcome: promoter run --continue "
-        f"{record.run_id} --yes"
+        f"{record.run_id} --yes --unconfined"
     )
     outcome = _cli(daemon, "run", "--continue", record.run_id, "--yes")
     assert outcome.returncode == 0, outcome.stderr + outcome.stdout

@@ -16,6 +16,8 @@ daemon (root could): ``path_unsafe`` names it and ``chmod u+rwx``.
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import stat
 import threading
 from collections.abc import Callable
@@ -119,10 +121,12 @@ def test_a_token_expired_before_the_bundle_reached_the_host_ends_the_step_interr
     """A 401 says nothing of the change: the step ends ``interrupted`` with
     ``unauthenticated`` (never ``refused``), exit 77, naming the kept sandbox and the
     step to run again; nothing reached the host, nothing of the person's changed. The
-    named command then promotes the kept change."""
+    named command carries the options the record does not hold (``--keep``,
+    ``--unconfined``, ``--timeout``): run as printed, at a terminal, it runs the step as
+    the first ran (unconfined), offers the kept change and keeps the sandbox."""
     script, ready, go = _pausing(tmp_path, "echo new > new.txt")
     before, git_before = tree_bytes(repo), git_dir_digest(repo)
-    term = _run(daemon, repo, script, "--unconfined", env={})
+    term = _run(daemon, repo, script, "--unconfined", "--keep", "--timeout", "600", env={})
 
     def expire() -> None:
         (record,) = sandboxes.list_runs(daemon.state_dir)
@@ -137,10 +141,10 @@ def test_a_token_expired_before_the_bundle_reached_the_host_ends_the_step_interr
     assert term.finish() == 77, term.text()
     (record,) = sandboxes.list_runs(daemon.state_dir)
     assert b"error [unauthenticated] " in term.plain
+    named = f"promoter run --continue {record.run_id} --keep --unconfined --timeout 600 -- true"
     assert (
         f"nothing was decided about the change; the sandbox is kept: {record.clone}; with a "
-        "credential the daemon accepts, build and offer it again: promoter run --continue "
-        f"{record.run_id} -- true"
+        f"credential the daemon accepts, build and offer it again: {named}"
     ).encode() in term.plain
     step = _step(daemon)
     assert (step.status, step.code, step.bundle_id) == ("interrupted", "unauthenticated", None)
@@ -149,10 +153,18 @@ def test_a_token_expired_before_the_bundle_reached_the_host_ends_the_step_interr
         listed
     )
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
-    # the command it names (with --yes, nobody at this terminal) promotes the kept change
-    again = _run(daemon, repo, "true", "--continue", record.run_id, "--unconfined", "--yes", env={})
+    # the command it names, as printed (the daemon found as for any command), does what
+    # it says: the step again as the first ran, the kept change offered at the terminal
+    printed = re.search(rb"build and offer it again: (promoter run [^\r\n]*-- true)", term.plain)
+    assert printed is not None, term.text()
+    found = {"PROMOTER_STATE_DIR": str(daemon.state_dir), "PROMOTER_URL": daemon.url}
+    again = Terminal([*CLI, *shlex.split(printed[1].decode())[1:]], repo, found)
+    again.expect(b"Promote these changes into the worktree?")
+    again.send(b"y\r")
     assert again.finish() == 0, again.text()
+    assert f"running true in {record.clone} (unconfined)".encode() in again.plain
     assert (repo / "new.txt").read_bytes() == b"new\n"
+    assert b"sandbox kept: " in again.plain and Path(record.clone).is_dir()
 
 
 def test_a_file_changed_while_its_blob_was_read_ends_the_step_interrupted(
@@ -212,4 +224,33 @@ def test_a_directory_the_person_closed_to_themselves_is_not_written_from_head(
     ) in term.plain
     step = _step(daemon)
     assert (step.status, step.code) == ("refused", "path_unsafe")
+    assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before
+
+
+def test_a_head_moved_as_the_run_starts_is_base_moved_and_nothing_is_made(
+    daemon: Daemon, repo: Path, tmp_path: Path
+) -> None:
+    """An overlay's start, paused once the daemon said HEAD (``start_head_read``): the
+    person commits, and the start's own read of HEAD finds it moved. ``base_moved`` (75,
+    a race to run again), not ``config_error`` (78, a setting to fix): nothing was made,
+    no sandbox, no step; the person's commit untouched."""
+    bwrap.confining()
+    base = git(repo, "rev-parse", "HEAD").strip()
+    pause = Pause(tmp_path, "start_head_read")
+    env = {layers.LAYOUT_ENV: "overlay", "PROMOTER_FAULTS": pause.spec}
+    term = _run(daemon, repo, "echo new > new.txt", env=env)
+    pause.reached()
+    (repo / "README.md").write_bytes(b"# project, moved on\n")
+    commit_all(repo, "the person moves on")
+    moved = git(repo, "rev-parse", "HEAD").strip()
+    before, git_before = tree_bytes(repo), git_dir_digest(repo)
+    pause.release()
+    assert term.finish() == 75, term.text()
+    assert (
+        f"error [base_moved] {repo}'s HEAD moved from {base[:12]} to {moved[:12]} while the "
+        "run started; nothing was made; next: run the same command again: it starts from "
+        "HEAD and your files as they are then"
+    ).encode() in term.plain
+    assert sandboxes.list_runs(daemon.state_dir) == []
+    assert not (repo / "new.txt").exists()
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before

@@ -568,8 +568,8 @@ def step(
             )  # fmt: skip
             raise CommandFailed(
                 f"the command {why}; nothing was submitted; the sandbox is kept: "
-                f"{record.clone} (the next step: promoter run --continue {record.run_id} "
-                "-- CMD)",
+                f"{record.clone} (the next step: promoter run --continue {record.run_id}"
+                f"{run.options()} -- CMD)",
                 run_id=record.run_id,
                 **context,
             )
@@ -586,7 +586,7 @@ def step(
                 bundle, receipt = adopted[0], adopted[1].wire()
                 person.say(f"promoting the bundle the command submitted: {bundle['bundle_id']}")
             else:
-                with links.build(record, current, grant, since, person) as built:
+                with links.build(run, current, grant, since, person) as built:
                     if not built.bundle["changes"]:
                         run.move(current, RunStatus.NO_CHANGES)
                         since_what = "since the last promotion" if base else "by the command"
@@ -646,7 +646,7 @@ def _retry(error: PromoterError, run: Run) -> PromoterError:
     and the next command: the step again in its sandbox, with a credential that is let
     in for a refused one."""
     record = run.record
-    again = f"promoter run --continue {record.run_id}{_keep(run)} -- true"
+    again = f"promoter run --continue {record.run_id}{run.options()} -- true"
     if error.code == "source_changed":
         nxt = f"build and offer it again once the command's processes are done: {again}"
     else:
@@ -768,7 +768,7 @@ def promote(
         raise NotConfirmed(
             f"not promoted; bundle {current.bundle_id} stays submitted (the sandbox is kept: "
             f"{record.clone}); promote that bundle with promoter run --continue "
-            f"{record.run_id} --yes{_keep(run)}, or without --yes to answer at a terminal",
+            f"{record.run_id} --yes{run.options()}, or without --yes to answer at a terminal",
             bundle_id=current.bundle_id,
             run_id=record.run_id,
         )
@@ -838,7 +838,8 @@ def promote_submitted(
         last = shown(current.status) if current is not None else "nothing yet"
         raise NothingToPromote(
             f"run {record.run_id} has no submitted bundle to promote (its last step: {last}); "
-            f"give the next command: promoter run --continue {record.run_id} -- CMD"
+            f"give the next command: promoter run --continue {record.run_id}{run.options()} "
+            "-- CMD"
         )
     with PromoterClient(host.url, host.token, timeout=660.0) as orch:
         grant = orch.get_grant(current.grant_id)
@@ -874,13 +875,9 @@ def finish(run: Run, person: Person, *, keep: bool) -> None:
         return
     person.say(
         f"sandbox kept: {record.clone}\n"
-        f"next step in the same sandbox: promoter run --continue {record.run_id} -- CMD"
+        f"next step in the same sandbox: promoter run --continue {record.run_id}"
+        f"{run.options()} -- CMD"
     )
-
-
-def _keep(run: Run) -> str:
-    """`` --keep`` in a remedy named to a step given it: the sandbox stays after it too."""
-    return " --keep" if run.keep else ""
 
 
 def interrupted(run: Run) -> Interrupted:
@@ -897,7 +894,7 @@ def interrupted(run: Run) -> Interrupted:
         return Interrupted(  # stopped at the merge's question: asked again, at a terminal
             f"{kept}; bundle {current.bundle_id} stays submitted: the merge of your edit and "
             f"the agent's is offered again with promoter run --continue {record.run_id}"
-            f"{_keep(run)}",
+            f"{run.options()}",
             run_id=record.run_id,
             bundle_id=current.bundle_id,
             sandbox=record.clone,
@@ -907,7 +904,7 @@ def interrupted(run: Run) -> Interrupted:
             f"interrupted after the host was asked to promote bundle {run.promoting}: it "
             "finishes that promotion, so your worktree may still change; the sandbox is kept: "
             f"{record.clone}; its outcome: promoter run --continue {record.run_id} --yes"
-            f"{_keep(run)}",
+            f"{run.options()}",
             run_id=record.run_id,
             bundle_id=run.promoting,
             sandbox=record.clone,
@@ -915,7 +912,7 @@ def interrupted(run: Run) -> Interrupted:
     if current is not None and current.bundle_id is not None and current.operation_id is None:
         return Interrupted(
             f"{kept}; bundle {current.bundle_id} stays submitted: promote it with "
-            f"promoter run --continue {record.run_id} --yes{_keep(run)}",
+            f"promoter run --continue {record.run_id} --yes{run.options()}",
             run_id=record.run_id,
             bundle_id=current.bundle_id,
             sandbox=record.clone,
@@ -930,7 +927,7 @@ def interrupted(run: Run) -> Interrupted:
         )
     return Interrupted(
         f"{kept}; run the step again with promoter run --continue {record.run_id}"
-        f"{_keep(run)} -- CMD",
+        f"{run.options()} -- CMD",
         run_id=record.run_id,
         sandbox=record.clone,
     )

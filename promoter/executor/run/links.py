@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from promoter.domain.bundle_records import Grant, StateLike
     from promoter.executor import sandbox as sandboxes
     from promoter.executor.builder import BuiltBundle
+    from promoter.executor.run.state import Run
 
 __all__ = ["POLICIES", "build", "keep_sandbox", "policy"]
 
@@ -59,9 +60,7 @@ def _refused_links(exc: PromoterError) -> list[dict[str, Any]] | None:
     return links if len(links) == len(paths) else None
 
 
-def _explain(
-    links: list[dict[str, Any]], grant: Grant, record: sandboxes.RunRecord, person: Person
-) -> str:
+def _explain(links: list[dict[str, Any]], grant: Grant, run: Run, person: Person) -> str:
     wider = _WIDER.get(grant.symlinks, "any")
     for item in links:
         target = f" -> {item['target']!r}" if item.get("target") is not None else ""
@@ -69,7 +68,8 @@ def _explain(
             f"refused link: {escape(str(item['path']))}{escape(target)}: "
             f"{escape(str(item.get('reason')))}"
         )
-    allow = f"promoter run --continue {record.run_id} --symlinks {wider} -- true"
+    again = run.options(but="--symlinks")  # the step's others, as it was given them
+    allow = f"promoter run --continue {run.run_id}{again} --symlinks {wider} -- true"
     person.say(
         f"the grant's policy is symlinks: {grant.symlinks}; --symlinks {wider} on promoter "
         f"run allows {'links that stay inside the worktree' if wider == 'inside' else 'any link'}"
@@ -79,7 +79,7 @@ def _explain(
 
 
 def build(
-    record: sandboxes.RunRecord,
+    run: Run,
     step: sandboxes.Step,
     grant: Grant,
     since: Mapping[str, StateLike] | None,
@@ -89,19 +89,20 @@ def build(
     the refusal raised, with the next commands)."""
     from promoter.executor import layered  # the builder: loaded by a run, not by --list
 
+    record = run.record
     try:
         return layered.build(record, grant, since=since)
     except (PathUnsafe, VerificationFailed) as exc:
         links = _refused_links(exc)
         if links is None:
             raise
-        allow = _explain(links, grant, record, person)
+        allow = _explain(links, grant, run, person)
         paths = [str(item["path"]) for item in links]
         if not person.agree_to_part(f"Promote the rest, without {', '.join(paths)}?"):
             exc.detail = (
                 f"{exc.detail}; the grant's policy is symlinks: {grant.symlinks}; next: allow "
                 f"them with {allow}, or promote the rest without them at a terminal: "
-                f"promoter run --continue {record.run_id} -- true"
+                f"promoter run --continue {record.run_id}{run.options()} -- true"
             )
             raise
     step.left_out = paths  # saved with the step's next move (submitted or no_changes)

@@ -43,21 +43,36 @@ class Run:
     """A run's record and where it is kept; every change of a step's state goes through
     ``begin`` (a new step) or ``move``, each one write of ``run.json``."""
 
-    __slots__ = ("keep", "known", "merged", "promoting", "record", "state_dir")
+    __slots__ = ("again", "known", "merged", "promoting", "record", "state_dir")
 
     def __init__(self, state_dir: Path, record: RunRecord, known: Known | None = None) -> None:
         self.state_dir = state_dir
         self.record = record
         self.known = known
         """Set by ``flow.start`` for its first step (``take_known``); never saved."""
-        self.keep = False
-        """This step was given ``--keep``: a remedy it names keeps the sandbox too; never
-        saved."""
+        self.again: tuple[str, ...] = ()
+        """The options this step was given that the record does not hold (``--keep``,
+        ``--unconfined``, the limits, ...: ``promoter.cli.run_args.REPEATED``): a next
+        command it names repeats them, so that step runs as this one did; never saved."""
         self.merged = False
         """This step's bundle was merged with the person's edit (``drift.py``): the sandbox
         does not hold what is promoted, so no step goes on in it; never saved."""
         self.promoting: str | None = None
         """The bundle whose promotion request is out, unanswered (``flow.promote``)."""
+
+    def options(self, *, but: str = "") -> str:
+        """``again`` as the words a named ``promoter run --continue RUN`` carries (each
+        quoted for a shell, each after a space), without the valued option ``but`` (one
+        the remedy itself gives)."""
+        import shlex  # the words of a remedy only
+
+        words, given = [], iter(self.again)
+        for word in given:
+            if word == but:  # a valued option: its value goes with it
+                next(given, None)
+                continue
+            words.append(f" {shlex.quote(word)}")
+        return "".join(words)
 
     def take_known(self) -> Known | None:
         """What the start looked up, once: a later step of the run looks up again."""
