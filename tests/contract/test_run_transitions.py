@@ -237,3 +237,38 @@ def test_a_move_writes_the_record_once_and_a_non_move_not_at_all(
     on_disk = json.loads((sandbox.runs_dir(tmp_path) / run.run_id / "run.json").read_text())
     assert on_disk["steps"][0]["status"] == "submitted"
     assert on_disk["steps"][0]["bundle_id"] == "bnd_x"
+
+
+class _Offered(Exception):
+    """The merge's offer reached: the step's move before it is on disk."""
+
+
+def test_a_preflight_refusal_without_a_code_records_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preflight answer that is not ``passed`` and carries no ``code`` ends the step
+    ``preflight_refused`` with no code written, never the string ``"None"``."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from promoter.executor.run import drift, flow
+
+    path = _legacy_record(tmp_path, ["submitted"])
+    run = Run(tmp_path, sandbox.load(tmp_path, "run_0123456789abcdef"))
+    step = run.record.steps[0]
+    step.bundle_id = "bnd_0123456789abcdef"
+
+    def offer(*args: Any, **kwargs: Any) -> None:
+        raise _Offered
+
+    monkeypatch.setattr(drift, "offer", offer)
+    orch = SimpleNamespace(preflight=lambda bundle_id, fence: {"status": "drifted"}, whoami=dict)
+    person = SimpleNamespace(say=lambda text: None)
+    with pytest.raises(_Offered):
+        flow.promote(
+            cast("Any", orch), run, step, cast("Any", SimpleNamespace(fence=1)), "0" * 64,
+            cast("Any", person), cast("Any", None),
+        )  # fmt: skip
+    assert (step.status, step.code) == ("preflight_refused", None)
+    on_disk = json.loads(path.read_text())["steps"][0]
+    assert on_disk["status"] == "preflight_refused" and "code" not in on_disk
