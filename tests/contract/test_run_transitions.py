@@ -272,3 +272,25 @@ def test_a_preflight_refusal_without_a_code_records_none(
     assert (step.status, step.code) == ("preflight_refused", None)
     on_disk = json.loads(path.read_text())["steps"][0]
     assert on_disk["status"] == "preflight_refused" and "code" not in on_disk
+
+
+def test_a_later_versions_fields_are_kept_when_this_version_writes_the_record(
+    tmp_path: Path,
+) -> None:
+    """A run's and a step's fields this version has no place for survive a step that this
+    version ends (the record written back): their values as they were, beside its own."""
+    path = _legacy_record(tmp_path, ["started", "submitted"])
+    record = json.loads(path.read_text())
+    record["a_later_field"] = {"x": 1, "y": [True, None, "z"]}
+    record["steps"][1]["a_later_step_field"] = [1, {"n": 2.5}]
+    record["steps"][1]["unknown"] = "a later field of that very name"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    run = Run(tmp_path, sandbox.load(tmp_path, "run_0123456789abcdef"))
+    run.move(run.record.steps[1], RunStatus.REFUSED, code="target_drift")
+    on_disk = json.loads(path.read_text())
+    assert on_disk["a_later_field"] == {"x": 1, "y": [True, None, "z"]}
+    assert on_disk["steps"][1]["a_later_step_field"] == [1, {"n": 2.5}]
+    assert on_disk["steps"][1]["unknown"] == "a later field of that very name"
+    expected = json.loads(json.dumps(record))  # the whole record: the step's move only
+    expected["steps"][1].update(status="refused", code="target_drift")
+    assert on_disk == expected
