@@ -167,7 +167,7 @@ def build_services(settings: Settings, *, migrate: bool = True, claim: bool = Fa
     registry = Registry.from_settings(settings)
     host_id = settings.host_id or machine_host_id()
     if claim:  # another host's state directory refuses before anything is made
-        state_host.claim(settings.state_dir, host_id, replaces=settings.replaces_host)
+        state_host.check(settings.state_dir, host_id, replaces=settings.replaces_host)
     prepare_state_dir(settings.state_dir)
     openat2.choose(settings.chain_recheck_openat2)  # process-wide, as the fs layer is
     server = dbmod.ServerOptions(
@@ -184,6 +184,8 @@ def build_services(settings: Settings, *, migrate: bool = True, claim: bool = Fa
     else:
         dbmod.check_schema(settings.db_url)
     database = dbmod.Database(settings.db_url, settings.database_busy_timeout, server)
+    if claim:  # the checks passed: recorded now, before the host's credentials are written
+        state_host.claim(settings.state_dir, host_id, replaces=settings.replaces_host)
     tokens = ensure_trusted_tokens(settings.credentials_dir)
     auth = Authenticator(database, tokens, settings.credentials_dir, host_id)
     auth.publish()  # this host's credentials into the ledger: valid on every host

@@ -67,6 +67,9 @@ class Step:
     """The error code that ended the step ``refused`` or ``interrupted`` (``target_drift``,
     ``base_moved``, ``unauthenticated``); None otherwise, and in a record written before
     steps had it. Written only when set (``RunRecord.wire``)."""
+    unknown: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The fields a later version wrote that this one has no place for, written back as
+    they were (``load``, ``RunRecord.wire``)."""
 
 
 @record
@@ -91,6 +94,8 @@ class RunRecord:
     """Paths of the person's worktree the clone does not hold (gitlinks, nested repositories)."""
     layout: str = "copy"
     """``copy`` (a clone) or ``overlay`` (layers over a shared base: ``layered.py``)."""
+    unknown: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """As ``Step.unknown``: a later version's fields of the run, written back as they were."""
 
     @property
     def last_completed(self) -> str | None:
@@ -102,12 +107,20 @@ class RunRecord:
 
     def wire(self) -> dict[str, Any]:
         """The record as ``run.json`` holds it: a step's ``code`` only when set, so that a
-        record with none is byte for byte what a version before the field wrote."""
-        fields: dict[str, Any] = as_dict(self)
-        for step in fields["steps"]:
+        record with none is byte for byte what a version before the field wrote, and the
+        fields a later version wrote (``unknown``) beside this version's, as they were."""
+        fields: dict[str, Any] = _with_unknown(as_dict(self))
+        for n, step in enumerate(fields["steps"]):
             if step["code"] is None:
                 del step["code"]
+            fields["steps"][n] = _with_unknown(step)
         return fields
+
+
+def _with_unknown(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with its ``unknown`` ones put back beside the known (never over one)."""
+    unknown: dict[str, Any] = fields.pop("unknown")
+    return {**unknown, **fields}
 
 
 def runs_dir(state_dir: Path) -> Path:
@@ -342,11 +355,13 @@ def load(state_dir: Path, run_id: str) -> RunRecord:
 
 
 def _known(cls: type[Step | RunRecord], data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` without the keys ``cls`` has no field for: a newer version's additions are
-    ignored, never a reason to refuse the record
-    (docs/decisions/a-step-ends-saying-what-happened.md)."""
-    names: tuple[str, ...] = cls.__match_args__  # made by @record
-    return {key: value for key, value in data.items() if key in names}
+    """``data``'s fields of ``cls``, and the keys it has no field for as its ``unknown``:
+    a later version's additions are kept and written back as they were, never a reason
+    to refuse the record (docs/decisions/a-step-ends-saying-what-happened.md)."""
+    names = set(cls.__match_args__) - {"unknown"}  # made by @record
+    known = {key: value for key, value in data.items() if key in names}
+    known["unknown"] = {key: value for key, value in data.items() if key not in names}
+    return known
 
 
 def _step(data: dict[str, Any]) -> Step:

@@ -56,12 +56,14 @@ ON_ANOTHER_MOUNT = "a path crosses a mount (a mount point or a bind mount)"
 _OWNER_OPEN = stat.S_IRUSR | stat.S_IXUSR  # a directory its owner cannot read or search is closed
 
 
-def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | None:
+def open_dir(dir_fd: int, name: str, rel: str, at: str, root: ChainRoot) -> int | None:
     """Open one directory component below ``dir_fd``; None when it does not exist.
 
     With ``openat2`` the lookup itself refuses to enter a mount (``RESOLVE_NO_XDEV``);
-    the device id is compared either way.
+    the device id is compared either way. A directory closed to its owner is refused
+    naming its worktree-absolute path in the ``chmod`` to run, which works from anywhere.
     """
+    root_dev = root.dev
     try:
         fd = open_dir_component(dir_fd, name, DIR_FLAGS)
     except FileNotFoundError:
@@ -93,8 +95,8 @@ def open_dir(dir_fd: int, name: str, rel: str, at: str, root_dev: int) -> int | 
         mode = f"{stat.S_IMODE(st.st_mode):03o}"
         raise PathUnsafe(
             f"the directory {at!r} is closed to its owner (mode {mode}): nothing is read or "
-            f"written under it; next: open it again (chmod u+rwx {shlex.quote(at)}) and "
-            "promote again",
+            "written under it; next: open it again (chmod u+rwx "
+            f"{shlex.quote(os.path.join(root.path, at))}) and promote again",
             path=rel,
             at=at,
             mode=mode,
@@ -114,6 +116,8 @@ class Walked:
 class ChainRoot(Protocol):
     """What a chain needs of the held worktree root (``root.Root``)."""
 
+    path: str
+    """The worktree root's absolute path (named to the person, never opened by it here)."""
     rewalks: int
     one_call_rechecks: int
 
@@ -236,7 +240,7 @@ class ParentChain(HoldsFd):
             for depth, name in enumerate(self.dir_parts):
                 at = "/".join(self.dir_parts[: depth + 1])
                 try:
-                    nxt = open_dir(current, name, self.rel, at, self.root.dev)
+                    nxt = open_dir(current, name, self.rel, at, self.root)
                 except TargetDrift as exc:
                     raise PathUnsafe("a held directory was replaced", path=self.rel, at=at) from exc
                 os.close(current)

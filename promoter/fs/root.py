@@ -127,12 +127,12 @@ class Root(HoldsFd):
         a nested repository; its (device, inode) is appended to ``walked.ids``. None when
         it is missing and not created. The returned descriptor is the caller's to close.
         """
-        nxt = open_dir(current, name, rel, at, self.dev)
+        nxt = open_dir(current, name, rel, at, self)
         if nxt is None and create:
             if self._mkdir(current, name, at):
                 walked.created.append(at)  # recorded before the sync can fail
                 self._sync_new_dir(current, rel)
-            nxt = open_dir(current, name, rel, at, self.dev)
+            nxt = open_dir(current, name, rel, at, self)
         if nxt is None:
             return None
         try:

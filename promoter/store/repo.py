@@ -102,11 +102,14 @@ def record_blob(session: Session, sha256: str, size: int) -> None:
 
 def record_blobs(session: Session, blobs: Iterable[tuple[str, int]]) -> None:
     """``record_blob`` for many, in one bulk insert that leaves a recorded digest's row as
-    it is (``ON CONFLICT (sha256) DO NOTHING``: no look-up of which are recorded first)."""
+    it is (``ON CONFLICT (sha256) DO NOTHING``: no look-up of which are recorded first).
+    The rows go in by digest, whatever the caller's order: two PostgreSQL transactions
+    recording the same new blobs then wait on each other's first row, never each on a row
+    the other holds (a deadlock)."""
     created = now()
     rows = [
         {"sha256": sha256, "size": size, "created_at": created}
-        for sha256, size in dict(blobs).items()
+        for sha256, size in sorted(dict(blobs).items())
     ]
     if rows:  # one Core executemany: no ORM object, no ORM bulk-insert bookkeeping per row
         postgres = session.get_bind().dialect.name == "postgresql"
@@ -189,6 +192,8 @@ def add_bundle(session: Session, bundle: PatchBundleV1, owner_host: str | None =
         if state.sha256 is not None
     }
     if digests:  # one Core executemany: a 10 000-change bundle pins its blobs in one go
+        # (in key order, as ``record_blobs``; the bundle's row, taken first, serializes
+        # two adds of one bundle anyway)
         run(
             session,
             _PIN_BLOBS,

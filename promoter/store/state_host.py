@@ -5,13 +5,15 @@ ledger binds each bundle to the host that took it (a 421 names that host for ano
 Two daemons of different hosts on one directory each found the other's bundles on disk
 and served them (200, never 421), and each swept the other's temps at its start.
 
-``claim`` runs at ``promoter serve``'s start: it records the host id when the directory
-has none (``write_new``: of two daemons starting at once exactly one records), and
-refuses (``config_error``, nothing changed) a daemon of another host, naming both and
-what to do. The workers of one ``serve --workers N`` are one host and are never asked.
-A daemon configured as the recorded host's replacement (``replaces_host``: it takes that
-host's work over once it is fenced, and must read its documents) is let in; the record
-stays the first host's.
+``check`` runs first at ``promoter serve``'s start and refuses (``config_error``, nothing
+changed) a daemon of another host, naming both and what to do; ``claim`` runs once the
+start's checks passed (its database reached and migrated: a start that fails records no
+id) and records the host id when the directory has none (``write_new``: of two daemons
+starting at once exactly one records, the other compares). The workers of one ``serve
+--workers N`` are one host and are never asked. A daemon configured as the recorded
+host's replacement (``replaces_host``: it takes that host's work over once it is fenced,
+and must read its documents) is let in; the record stays the first host's, and one that
+starts first on a directory recording none records the host it replaces.
 
 Deliberately not here: which host id a daemon has (``promoter.config``, the machine id by
 default), and the ledger (a state directory is not a host's row; a fence is).
@@ -72,14 +74,31 @@ def _not_a_file(path: Path) -> ConfigError:
     )
 
 
+def check(state_dir: Path, host_id: str, *, replaces: str | None = None) -> None:
+    """Refuse another host's state directory; record nothing (a directory that records no
+    host yet passes: ``claim`` records it once the start's checks passed)."""
+    found = recorded(state_dir)
+    if found is not None:
+        _compare(state_dir, found, host_id, replaces)
+
+
 def claim(state_dir: Path, host_id: str, *, replaces: str | None = None) -> None:
-    """Record ``host_id`` as the state directory's host, or check the one recorded."""
+    """Record the state directory's host, or check the one recorded. A replacement
+    (``replaces``) starting first on a directory that records none records the host it
+    replaces, never itself: the directory is that host's, which then starts on it."""
     found = recorded(state_dir)
     if found is None:
+        owner = host_id if replaces is None else replaces
         make_dirs(state_dir, mode=0o700)
-        if write_new(state_dir / FILE, f"{host_id}\n".encode(), mode=0o444):
+        if write_new(state_dir / FILE, f"{owner}\n".encode(), mode=0o444):
             return
         found = recorded(state_dir)  # another daemon recorded first: compare with its
+        assert found is not None  # written by ``write_new``'s winner, never removed
+    _compare(state_dir, found, host_id, replaces)
+
+
+def _compare(state_dir: Path, found: str, host_id: str, replaces: str | None) -> None:
+    """Nothing when ``found`` is this host or the one it replaces; else ``ConfigError``."""
     if found == host_id or (replaces is not None and found == replaces):
         return
     where = state_dir.resolve()

@@ -237,3 +237,60 @@ def test_a_move_writes_the_record_once_and_a_non_move_not_at_all(
     on_disk = json.loads((sandbox.runs_dir(tmp_path) / run.run_id / "run.json").read_text())
     assert on_disk["steps"][0]["status"] == "submitted"
     assert on_disk["steps"][0]["bundle_id"] == "bnd_x"
+
+
+class _Offered(Exception):
+    """The merge's offer reached: the step's move before it is on disk."""
+
+
+def test_a_preflight_refusal_without_a_code_records_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preflight answer that is not ``passed`` and carries no ``code`` ends the step
+    ``preflight_refused`` with no code written, never the string ``"None"``."""
+    from types import SimpleNamespace
+    from typing import Any, cast
+
+    from promoter.executor.run import drift, flow
+
+    path = _legacy_record(tmp_path, ["submitted"])
+    run = Run(tmp_path, sandbox.load(tmp_path, "run_0123456789abcdef"))
+    step = run.record.steps[0]
+    step.bundle_id = "bnd_0123456789abcdef"
+
+    def offer(*args: Any, **kwargs: Any) -> None:
+        raise _Offered
+
+    monkeypatch.setattr(drift, "offer", offer)
+    orch = SimpleNamespace(preflight=lambda bundle_id, fence: {"status": "drifted"}, whoami=dict)
+    person = SimpleNamespace(say=lambda text: None)
+    with pytest.raises(_Offered):
+        flow.promote(
+            cast("Any", orch), run, step, cast("Any", SimpleNamespace(fence=1)), "0" * 64,
+            cast("Any", person), cast("Any", None),
+        )  # fmt: skip
+    assert (step.status, step.code) == ("preflight_refused", None)
+    on_disk = json.loads(path.read_text())["steps"][0]
+    assert on_disk["status"] == "preflight_refused" and "code" not in on_disk
+
+
+def test_a_later_versions_fields_are_kept_when_this_version_writes_the_record(
+    tmp_path: Path,
+) -> None:
+    """A run's and a step's fields this version has no place for survive a step that this
+    version ends (the record written back): their values as they were, beside its own."""
+    path = _legacy_record(tmp_path, ["started", "submitted"])
+    record = json.loads(path.read_text())
+    record["a_later_field"] = {"x": 1, "y": [True, None, "z"]}
+    record["steps"][1]["a_later_step_field"] = [1, {"n": 2.5}]
+    record["steps"][1]["unknown"] = "a later field of that very name"
+    path.write_text(json.dumps(record), encoding="utf-8")
+    run = Run(tmp_path, sandbox.load(tmp_path, "run_0123456789abcdef"))
+    run.move(run.record.steps[1], RunStatus.REFUSED, code="target_drift")
+    on_disk = json.loads(path.read_text())
+    assert on_disk["a_later_field"] == {"x": 1, "y": [True, None, "z"]}
+    assert on_disk["steps"][1]["a_later_step_field"] == [1, {"n": 2.5}]
+    assert on_disk["steps"][1]["unknown"] == "a later field of that very name"
+    expected = json.loads(json.dumps(record))  # the whole record: the step's move only
+    expected["steps"][1].update(status="refused", code="target_drift")
+    assert on_disk == expected

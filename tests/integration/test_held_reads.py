@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -323,3 +325,27 @@ def test_a_directory_closed_to_its_owner_is_refused_naming_it(
     assert isinstance(found, PathUnsafe), found
     assert found.context["at"] == "a/b" and found.context["mode"] == f"{mode:03o}"
     assert "the directory 'a/b' is closed to its owner" in found.detail
+
+
+def test_the_command_reopening_a_closed_directory_works_from_anywhere(
+    reads: Directories, work: Path, tmp_path: Path
+) -> None:
+    """The ``chmod`` a refusal of a directory closed to its owner names is run as printed
+    from a directory that is not the worktree's root (the person's shell anywhere): it
+    reopens that very directory, and the file under it then reads."""
+    _tree(work)
+    (work / "a/b").chmod(0o000)
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "a/b").mkdir(parents=True)  # a same-named directory where the shell is
+    try:
+        (found,) = reads.read_states(["a/b/two.txt"])
+        assert isinstance(found, PathUnsafe), found
+        assert found.context == {"path": "a/b/two.txt", "at": "a/b", "mode": "000"}
+        printed = re.search(r"next: open it again \((chmod [^)]*)\)", found.detail)
+        assert printed is not None, found.detail
+        subprocess.run(["sh", "-c", printed[1]], cwd=elsewhere, check=True)
+        assert (work / "a/b").stat().st_mode & 0o700 == 0o700
+    finally:
+        (work / "a/b").chmod(0o755)
+    (again,) = reads.read_states(["a/b/two.txt"])
+    assert isinstance(again, LeafState), again

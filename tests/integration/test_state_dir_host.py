@@ -147,6 +147,47 @@ def test_a_replacement_named_for_the_recorded_host_shares_its_state_directory(
     assert refused.stderr.endswith(_refusal(state, "host-a", "host-c")), refused.stderr
 
 
+def test_a_replacement_started_first_after_the_upgrade_records_the_host_it_replaces(
+    tmp_path: Path, started: list[DaemonProcess]
+) -> None:
+    """A state directory made before ``host-id`` existed, and host-a's replacement the
+    first daemon started on it after the upgrade: the directory is recorded as host-a's,
+    never the replacement's, and host-a then starts on its own directory."""
+    state = tmp_path / "state"
+    DaemonProcess(state, {}, extra_env={"PROMOTER_HOST_ID": "host-a"}).kill()
+    (state / "host-id").unlink()  # as a version before the record left the directory
+    b = DaemonProcess(
+        state,
+        {},
+        extra_env={
+            "PROMOTER_HOST_ID": "host-b",
+            "PROMOTER_REPLACES_HOST": "host-a",
+            "PROMOTER_SIGNING_KEY_DIR": str(tmp_path / "signing-b"),
+        },
+    )
+    started.append(b)
+    assert (state / "host-id").read_text() == "host-a\n"
+    a = DaemonProcess(state, {}, extra_env={"PROMOTER_HOST_ID": "host-a"})
+    started.append(a)
+    with a.client("operator") as operator:
+        assert operator.get("/v1/hosts").status_code == 200
+
+
+def test_a_first_start_that_fails_on_its_database_records_no_host(
+    tmp_path: Path, started: list[DaemonProcess]
+) -> None:
+    """A first ``serve`` with a mistyped ``--host-id`` whose database cannot be reached
+    stops before recording it: the right id then starts and is the one recorded."""
+    state = tmp_path / "state"
+    unreachable = "postgresql+psycopg://postgres@127.0.0.1:1/promoter"  # port 1: refused
+    failed = _serve(state, "host-typo", PROMOTER_DATABASE_URL=unreachable)
+    assert failed.returncode not in (0, 78), failed.stderr
+    assert not (state / "host-id").exists(), failed.stderr
+    a = DaemonProcess(state, {}, extra_env={"PROMOTER_HOST_ID": "host-a"})
+    started.append(a)
+    assert (state / "host-id").read_text() == "host-a\n"
+
+
 @pytest.mark.parametrize("planted", ["symlink_to_the_id", "directory", "fifo", "dangling_symlink"])
 def test_a_host_id_that_is_not_a_plain_file_refuses_the_start_and_is_kept(
     tmp_path: Path, planted: str

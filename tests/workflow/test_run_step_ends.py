@@ -217,11 +217,12 @@ def test_a_directory_the_person_closed_to_themselves_is_not_written_from_head(
     finally:
         src.chmod(0o755)
     assert b"error [path_unsafe] " in term.plain
+    reopen = shlex.quote(str(repo.resolve() / "src"))  # works from anywhere, as printed
     assert (
-        b"a target is unsafe to touch (src/app.py and 1 more: path_unsafe: the directory 'src' "
-        b"is closed to its owner (mode 000): nothing is read or written under it; next: open "
-        b"it again (chmod u+rwx src) and promote again); nothing was written"
-    ) in term.plain
+        "a target is unsafe to touch (src/app.py and 1 more: path_unsafe: the directory 'src' "
+        "is closed to its owner (mode 000): nothing is read or written under it; next: open "
+        f"it again (chmod u+rwx {reopen}) and promote again); nothing was written"
+    ).encode() in term.plain
     step = _step(daemon)
     assert (step.status, step.code) == ("refused", "path_unsafe")
     assert tree_bytes(repo) == before and git_dir_digest(repo) == git_before

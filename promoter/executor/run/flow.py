@@ -759,7 +759,8 @@ def promote(
         run.move(current, RunStatus.REFUSED, code="base_moved")
         raise answers.refusal(preflight, record, current.bundle_id, person)
     if drifted:  # a drift a merge can mend is offered the merge (drift.py)
-        run.move(current, RunStatus.PREFLIGHT_REFUSED, code=str(preflight.get("code")))
+        code = preflight.get("code")  # an answer without one records none, never "None"
+        run.move(current, RunStatus.PREFLIGHT_REFUSED, code=None if code is None else str(code))
         consent = drift.offer(preflight, record, current.bundle_id, person, gate=gate)
     else:
         consent = person.approve(unseen or [], gate=gate())
