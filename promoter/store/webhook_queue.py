@@ -55,8 +55,9 @@ def fill(
     limit: int,
     delivery: Callable[[int, dict[str, Any]], tuple[str, str]],
     due: float,
-) -> None:
-    """Queue the feed entries after ``name``'s place, up to ``limit`` pending.
+) -> int:
+    """Queue the feed entries after ``name``'s place, up to ``limit`` pending; the place
+    it leaves (the feed position of the last entry queued or passed over).
 
     A new subscriber starts at the end of the feed. ``delivery(position, entry)`` gives
     the delivery id and body of a feed entry (its wire form).
@@ -67,10 +68,10 @@ def fill(
         session.add(
             WebhookSubscriberRow(name=name, position=end, failures=0, paused=0, updated_at=_now())
         )
-        return
+        return end
     room = limit - _pending(session, name)
     if room <= 0:
-        return
+        return row.position
     entries = feed.after(session, row.position, room)
     for entry in entries:
         if kinds is None or entry.kind in kinds:
@@ -90,6 +91,7 @@ def fill(
     if entries:
         row.position = entries[-1].position
         row.updated_at = _now()
+    return row.position
 
 
 def head(session: Session, name: str) -> Head | None:

@@ -60,6 +60,8 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self.recorded = threading.Condition()  # notified after each attempt is recorded
         self.attempts = 0
+        self.queued = threading.Condition()  # notified after each enqueue has committed
+        self.places: dict[str, int] = {}  # each subscriber's place as its last enqueue left it
         self.policy = TargetPolicy(settings.webhook_allowed_targets)
 
     # --- the queue (worker threads) -----------------------------------------------------
@@ -67,9 +69,10 @@ class Dispatcher:
     def enqueue(self, names: Iterable[str] | None = None) -> None:
         """Queue the feed entries after each subscriber's place (or ``names``'), to the bound."""
         limit = self.settings.webhook_queue_max
+        places: dict[str, int] = {}
         with self.db.session() as session:
             for name in self.subscribers if names is None else names:
-                webhook_queue.fill(
+                places[name] = webhook_queue.fill(
                     session,
                     name,
                     self.subscribers[name].kinds,
@@ -77,6 +80,9 @@ class Dispatcher:
                     functools.partial(self._delivery, name),
                     self.clock(),
                 )
+        with self.queued:
+            self.places.update(places)
+            self.queued.notify_all()
 
     def _delivery(self, name: str, position: int, entry: dict[str, Any]) -> tuple[str, str]:
         ident = delivery_id(name, position)
@@ -114,6 +120,12 @@ class Dispatcher:
         """Wait until ``attempts`` attempts of this dispatcher are recorded (for tests)."""
         with self.recorded:
             return self.recorded.wait_for(lambda: self.attempts >= attempts, timeout)
+
+    def wait_queued(self, name: str, position: int, timeout: float) -> bool:
+        """Wait until an enqueue of this dispatcher has taken ``name``'s place to feed
+        ``position`` (every entry up to it queued or passed over; for tests)."""
+        with self.queued:
+            return self.queued.wait_for(lambda: self.places.get(name, -1) >= position, timeout)
 
     # --- delivering (the event loop) ----------------------------------------------------
 
