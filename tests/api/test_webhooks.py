@@ -22,10 +22,13 @@ from typing import Any
 
 import pytest
 
+from promoter import faults
 from promoter.adapters.webhooks.dispatcher import Dispatcher
 from promoter.config import WebhookConfig
 from promoter.engine.webhooks import signature, verify
+from promoter.store import feed
 from tests.support.daemon import Daemon, running_daemon
+from tests.support.pause import Pause
 from tests.support.promotion import promote, submit
 
 SECRET = "whsec_" + "k" * 32
@@ -112,6 +115,14 @@ def _daemon(
 def _feed(daemon: Daemon) -> list[dict[str, Any]]:
     with daemon.orchestrator() as orch:
         return list(orch.get("/v1/events").json()["events"])
+
+
+def _queued(daemon: Daemon, dispatcher: Dispatcher) -> int:
+    """Wait until the dispatcher has queued every feed entry for "orch" (a round after the
+    one that paused it may still be queueing the last ones); how many the feed holds."""
+    entries = _feed(daemon)
+    assert dispatcher.wait_queued("orch", feed.position(entries[-1]["cursor"]), BOUND)
+    return len(entries)
 
 
 def _checked(post: tuple[dict[str, str], bytes, int], now: float) -> dict[str, Any]:
@@ -214,10 +225,93 @@ def test_a_subscriber_that_keeps_failing_is_paused_and_shown_in_metrics(
         dispatcher.kick()
         receiver.wait_for(2)
         assert dispatcher.wait_recorded(2, BOUND)
+        entries = _queued(daemon, dispatcher)
         with daemon.client() as anyone:
             text = anyone.get("/metrics").text
         assert 'promoter_webhook_paused{subscriber="orch"} 1.0' in text
-        assert f'promoter_webhook_pending{{subscriber="orch"}} {len(_feed(daemon))}.0' in text
+        assert f'promoter_webhook_pending{{subscriber="orch"}} {entries}.0' in text
+
+
+class _Held:
+    """Holds one call of a dispatcher method, in its worker thread, until released: the
+    first call made once ``attempts`` attempts are recorded."""
+
+    def __init__(self, dispatcher: Dispatcher, method: str, attempts: int) -> None:
+        self.entered = threading.Event()
+        self.go = threading.Event()
+        self.dispatcher = dispatcher
+        self.attempts = attempts
+        self.original = getattr(dispatcher, method)
+        setattr(dispatcher, method, self)
+
+    def __call__(self, *args: Any) -> Any:
+        if self.dispatcher.attempts >= self.attempts and not self.entered.is_set():
+            self.entered.set()
+            assert self.go.wait(BOUND)
+        return self.original(*args)
+
+
+def _metric(daemon: Daemon, name: str) -> str:
+    with daemon.client() as anyone:
+        text = anyone.get("/metrics").text
+    return next(
+        line for line in text.splitlines() if line.startswith(f'{name}{{subscriber="orch"}}')
+    )
+
+
+def test_the_round_that_pauses_a_subscriber_may_queue_before_the_outcome_the_next_one_does(
+    tmp_path: Path,
+    repo: Path,
+    identity: str,
+    receiver: Receiver,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The interleaving behind a pending gauge one short: the round after the first
+    failure queues before the outcome is committed and sends once the clock has moved,
+    so the subscriber is paused with the outcome not yet queued; the round after it
+    queues the outcome (a paused subscriber still gets its rows, no later event needed)."""
+    receiver.status = 500
+    with _daemon(tmp_path, repo, receiver, max_failures=2) as (daemon, dispatcher, clock):
+        before_outcome = Pause(tmp_path, "before_receipt")
+        monkeypatch.setenv(faults.ENV, before_outcome.spec)
+        faults.reset()
+        first_failure = _Held(dispatcher, "record", attempts=0)
+        second_send = _Held(dispatcher, "head", attempts=1)  # its enqueue has run
+        after_pause = _Held(dispatcher, "enqueue", attempts=2)
+        try:
+            _, bundle, receipt = submit(daemon, repo, identity, CHANGE)
+            answers: list[str] = []
+            promoting = threading.Thread(
+                target=lambda: answers.append(promote(daemon, bundle, receipt).json()["status"])
+            )
+            promoting.start()
+            try:
+                before_outcome.reached()  # the plan's events are in the feed, not the outcome
+                assert first_failure.entered.wait(BOUND)
+                first_failure.go.set()  # the next round queues now: without the outcome
+                assert second_send.entered.wait(BOUND)
+            finally:
+                before_outcome.release()
+                promoting.join(BOUND)
+            assert answers == ["completed"]
+            clock.now += 1.0
+            dispatcher.kick()
+            second_send.go.set()
+            receiver.wait_for(2)
+            assert dispatcher.wait_recorded(2, BOUND)
+            assert after_pause.entered.wait(BOUND)
+            entries = _feed(daemon)
+            assert [entry["kind"] for entry in entries][-1] == "outcome"
+            # read now, as the test above once did: the outcome is not a delivery row yet
+            assert _metric(daemon, "promoter_webhook_paused").endswith(" 1.0")
+            assert _metric(daemon, "promoter_webhook_pending").endswith(f" {len(entries) - 1}.0")
+            after_pause.go.set()
+            assert _queued(daemon, dispatcher) == len(entries)
+            assert _metric(daemon, "promoter_webhook_pending").endswith(f" {len(entries)}.0")
+        finally:  # a failed assertion must not leave a worker thread held
+            first_failure.go.set()
+            second_send.go.set()
+            after_pause.go.set()
 
 
 def test_a_worker_without_the_dispatcher_still_exports_the_queue_s_gauges(
