@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -519,12 +520,18 @@ def test_one_credentials_long_polls_do_not_hold_every_connection(
     assert operation_id in listed.text
     assert len(refused) == WAITERS_CAP - WAITS_PER_CREDENTIAL
     for answer in refused:
-        head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n"), head
-        assert b"\r\nretry-after: 2\r\n" in head.lower(), head
-        problem = json.loads(body)
-        assert problem["code"] == "too_many_requests"
-        assert problem["retry_after"] == 2
+        _too_many(answer)
+
+
+def _too_many(answer: bytes) -> dict[str, Any]:
+    """The problem of a wait refused at once: ``429``, ``Retry-After: 2``, its code."""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n"), head
+    assert b"\r\nretry-after: 2\r\n" in head.lower(), head
+    problem: dict[str, Any] = json.loads(body)
+    assert problem["code"] == "too_many_requests"
+    assert problem["retry_after"] == 2
+    return problem
 
 
 SHARED_CAP = 6  # the daemon's connections; its waits are at most half of them
@@ -586,11 +593,7 @@ def test_several_credentials_long_polls_do_not_hold_every_connection(
     assert operation_id in listed.text
     assert len(refused) == SHARED_CAP - WAITS_AT_ONCE
     for answer in refused:
-        head, _, body = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.1 429 Too Many Requests\r\n"), head
-        assert b"\r\nretry-after: 2\r\n" in head.lower(), head
-        problem = json.loads(body)
-        assert problem["code"] == "too_many_requests"
+        problem = _too_many(answer)
         assert "half its 6 connections" in problem["detail"], problem
 
 
