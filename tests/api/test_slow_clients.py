@@ -218,7 +218,10 @@ def test_connections_past_the_cap_leave_the_daemon_its_own_files(tmp_path: Path)
                 held.discard(sock)
         assert len(held) <= CAP, f"{len(held)} held past the cap of {CAP}: {daemon.log[-8:]}"
         with daemon.client("operator") as operator:
-            ready = operator.get("/readyz", timeout=PATIENCE)
+            try:
+                ready = operator.get("/readyz", timeout=PATIENCE)
+            except httpx.TransportError as exc:  # the daemon's closes say which and why
+                raise AssertionError(f"/readyz: {exc!r}; {daemon.log[-12:]}") from exc
         assert ready.status_code == 200, ready.text
         assert ready.json() == {
             "status": "ready",
