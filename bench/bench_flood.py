@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from bench.variables import stop_on_unknown
 from tests.gitutil import commit_all
 from tests.support.flows import init_repo
 from tests.support.process import DaemonProcess, prepare_promotion
@@ -113,4 +114,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     main()

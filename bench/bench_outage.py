@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from bench.variables import stop_on_unknown
 from promoter import faults
 from tests.support.daemon import running_daemon
 from tests.support.flows import init_repo
@@ -89,4 +90,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     main()

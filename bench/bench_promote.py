@@ -46,6 +46,7 @@ from typing import Any
 
 from bench.prepared import finish_promoter, make_blob_template, prepare_promoter, promote_once
 from bench.promote_profile import profile_promotion
+from bench.variables import stop_on_unknown
 from bench.workload import (
     Source,
     Workload,
@@ -261,4 +262,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.variables import stop_on_unknown
 from promoter.config import RepositoryConfig, load_settings
 from promoter.engine.operation import restore as snapshot_restore
 from promoter.engine.services import build_services
@@ -150,4 +151,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

@@ -46,6 +46,7 @@ import httpx
 
 from bench import harness
 from bench.rows_builder import _grant, make_large_repository
+from bench.variables import stop_on_unknown
 
 PROMOTER = [sys.executable, "-m", "promoter.cli.main"]
 PROGRAM = Path(sys.executable).parent / "promoter"  # the installed entry point
@@ -255,4 +256,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

@@ -33,6 +33,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from bench import harness, rows_run_small
+from bench.variables import stop_on_unknown
 
 
 def _threads(pid: int) -> dict[str, float]:
@@ -153,4 +154,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

@@ -82,6 +82,7 @@ from starlette.concurrency import run_in_threadpool
 from bench import documents as bd
 from bench import workload as wl
 from bench.harness import SERVER_THREAD, _cpu_times, daemon, serving
+from bench.variables import stop_on_unknown
 from promoter.api.admission import Admission, Gate
 from promoter.api.front import FrontDoor
 from promoter.api.hosts import HostAllowlist
@@ -705,4 +706,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

@@ -49,6 +49,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from bench.variables import stop_on_unknown
 from tests.support.flows import init_repo, make_bundle, make_grant, sha, ts
 from tests.support.own_postgres import OwnPostgres, binaries, own_postgres
 
@@ -410,4 +411,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     main()

@@ -37,6 +37,7 @@ from typing import Any
 
 from bench import documents as bd
 from bench.harness import daemon
+from bench.variables import stop_on_unknown
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import sha256_hex
 from promoter.domain.documents import grant_sha256
@@ -307,4 +308,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     sys.exit(main())

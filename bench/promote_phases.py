@@ -35,6 +35,7 @@ from sqlalchemy.sql.compiler import Compiled
 from bench import prepared as pp
 from bench import workload as wl
 from bench.harness import alternate
+from bench.variables import stop_on_unknown
 from promoter.api import gc_policy
 
 # label -> (module, attribute): the functions whose calls are added up, where looked up
@@ -208,4 +209,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

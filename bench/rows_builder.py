@@ -24,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from bench.variables import stop_on_unknown
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.domain.documents import sealed_grant
 from promoter.domain.models import GrantV1
@@ -231,4 +232,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     main()

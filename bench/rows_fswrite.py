@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import documents as bd
 from bench import workload as wl
+from bench.variables import stop_on_unknown
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.models import blob_path
 from promoter.engine.intake import grants
@@ -178,4 +179,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

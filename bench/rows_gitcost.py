@@ -55,6 +55,7 @@ from bench import documents as bd
 from bench import prepared as pp
 from bench import workload as wl
 from bench.harness import cpu_mark, cpu_since
+from bench.variables import stop_on_unknown
 from promoter.config import RepositoryConfig, load_settings
 from promoter.domain.canonical import sha256_hex
 from promoter.engine.intake import grants
@@ -359,4 +360,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

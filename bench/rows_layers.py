@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench import harness, rows_run
+from bench.variables import stop_on_unknown
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import rfc3339, utcnow
 from promoter.executor import confine, layered, start_watch
@@ -351,4 +352,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

@@ -51,6 +51,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from bench.variables import stop_on_unknown
+
 _GIT = ["git", "-c", "protocol.file.allow=always", "-c", "gc.auto=0"]
 _CLI = [sys.executable, "-m", "promoter.cli.main"]
 _CHANGED = 5  # tracked files the command rewrites
@@ -287,4 +289,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     main()

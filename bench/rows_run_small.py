@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from bench import rows_run
+from bench.variables import stop_on_unknown
 
 FILES = 166
 EDITED = 8
@@ -339,4 +340,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     raise SystemExit(main())

@@ -22,6 +22,7 @@ from typing import Any
 
 from bench import documents as bd
 from bench.harness import daemon_process
+from bench.variables import stop_on_unknown
 from promoter.client.sync import PromoterClient
 
 ROUNDS = 20
@@ -88,6 +89,7 @@ def main(rounds: int = ROUNDS) -> dict[str, float]:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     figures = main(int(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS)
     print(
         f"grant + lease + token, three requests: {figures['three_p50_ms']:.1f} ms p50; "

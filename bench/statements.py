@@ -34,6 +34,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from bench.variables import stop_on_unknown
 from promoter import faults
 from promoter.api import phases
 
@@ -140,4 +141,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     main()

@@ -1,5 +1,5 @@
 """The benchmarks' own variables (``PROMOTER_BENCH_*``), one list, and the refusal of any
-other member of that family when ``make bench`` or ``python -m bench.bench_table`` starts.
+other member of that family when ``make bench`` or any ``python -m bench.…`` starts.
 
 A mistyped member (``BUILDR`` for ``BUILDER`` in ``PROMOTER_BENCH_BUILDER``) was read
 by nothing: the builder rows the runner asked for were silently left out, and a

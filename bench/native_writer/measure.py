@@ -59,6 +59,7 @@ from typing import Any
 
 from bench import prepared as pp
 from bench import workload as wl
+from bench.variables import stop_on_unknown
 from promoter.api import gc_policy
 from promoter.engine.operation import driver, outcome, promote
 
@@ -558,4 +559,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_unknown()  # a mistyped PROMOTER_BENCH_* name: nothing measured
     sys.exit(main())

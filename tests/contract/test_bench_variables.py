@@ -2,9 +2,9 @@
 
 ``bench.variables.KNOWN`` must hold every ``PROMOTER_BENCH_*`` name bench/, CI
 (``.ci/run``) and the Makefile use, and no other; ``python -m bench.bench_table`` and
-``python -m bench.run`` (``make bench``) started with a name of the family the benchmarks
-do not read end at their start with exit 2, naming the closest known name, before
-anything is measured.
+``python -m bench.run`` (``make bench``), and every other benchmark a module's ``__main__``
+starts, started with a name of the family the benchmarks do not read end at their start
+with exit 2, naming the closest known name, before anything is measured.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_a_mistyped_or_unknown_member_is_refused_with_the_closest_name() -> None
     )
 
 
-@pytest.mark.parametrize("module", ["bench.bench_table", "bench.run"])
+@pytest.mark.parametrize("module", ["bench.bench_table", "bench.run", "bench.statements"])
 def test_a_benchmark_started_with_a_mistyped_member_ends_at_its_start(
     tmp_path: Path, module: str
 ) -> None:
@@ -69,3 +69,25 @@ def test_a_benchmark_started_with_a_mistyped_member_ends_at_its_start(
         done.stderr
     )
     assert done.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+def _entry_points() -> list[Path]:
+    return [
+        path
+        for path in sorted((ROOT / "bench").rglob("*.py"))
+        if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+    ]
+
+
+def test_every_benchmark_a_module_starts_refuses_a_mistyped_member_first() -> None:
+    """``python -m bench.rows_run_small`` with ``PROMOTER_BENCH_DIR`` mistyped measured the
+    default disk: each module's ``__main__`` asks ``stop_on_unknown`` before its ``main``."""
+    late = []
+    for path in _entry_points():
+        text = path.read_text(encoding="utf-8")
+        block = text.split('if __name__ == "__main__":\n', 1)[1]
+        main = text.split("\ndef main(", 1)[-1].split("\ndef ", 1)[0]  # or its main asks
+        if not block.lstrip().startswith("stop_on_unknown()") and "stop_on_unknown()" not in main:
+            late.append(str(path.relative_to(ROOT)))
+    assert len(_entry_points()) >= 20
+    assert late == []
