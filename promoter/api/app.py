@@ -2,7 +2,8 @@
 
 The lifespan builds the services (state directory, migrations, credentials, the
 repository registry), sweeps the state directory's leftover temps
-(``promoter.store.state_temps``), starts the owner lease's heartbeat and the watchdog
+(``promoter.store.state_temps``; those of another boot only when no other host may write
+there, ``promoter.engine.state_sharing``), starts the owner lease's heartbeat and the watchdog
 (``promoter.engine.operation.watchdog``), runs the start-up recovery scan and rehearses a
 promotion's journal (``promoter.engine.operation.rehearsal``, rolled back) before the daemon serves.
 Routes are thin adapters over ``promoter.engine``, behind one ASGI layer
@@ -42,7 +43,7 @@ from promoter.api.routes import (
     trace,
 )
 from promoter.config import Settings
-from promoter.engine import fencing
+from promoter.engine import fencing, state_sharing
 from promoter.engine.operation.recover import auto_recover, scan_orphans
 from promoter.engine.operation.rehearsal import rehearse
 from promoter.engine.operation.watchdog import Watchdog
@@ -74,7 +75,16 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = services is None
         app.state.services = services or webhooks.daemon_services(settings)
-        sweep_state_temps(app.state.services.settings.state_dir)  # leftovers of a killed writer
+        state_dir = app.state.services.settings.state_dir
+        sweep_state_temps(  # leftovers of a killed writer; a shared directory's kept
+            state_dir,
+            shared_with=state_sharing.others(
+                state_dir,
+                app.state.services.owner.host,
+                settings.replaces_host,
+                app.state.services.db,
+            ),
+        )
         published_keyring(app.state.services)  # created on first start, into the ledger
         registration = fencing.register(app.state.services)  # its epoch; fenced: no writes
         heartbeat = Heartbeat(

@@ -5,8 +5,9 @@ parent before it starts its workers, handed to each as ``PROMETHEUS_MULTIPROC_DI
 prometheus_client keeps every worker's values in ``KIND_PID.db`` files; removed by the
 parent once the daemon stopped. At start, what earlier daemons left in ``STATE/metrics/``
 is removed only when provably promoter's own: a directory named as the daemon names it,
-of a process that no longer runs, holding only the library's ``*_PID.db`` files. Anything
-else is kept and logged with where it is.
+of a process that no longer runs, holding only the library's ``*_PID.db`` files, and only
+when no other host may write in the state directory (a process id names no machine).
+Anything else is kept and logged with where it is.
 
 Deliberately not here: what goes into the files and how a scrape reads them
 (``promoter.api.metrics``), starting the workers (``promoter.api.fleet``).
@@ -21,7 +22,7 @@ import stat
 from pathlib import Path
 
 from promoter.api.logs import event
-from promoter.errors import PathUnsafe
+from promoter.errors import ConfigError, PathUnsafe
 from promoter.fs.own_tree import remove_own_tree
 
 log = logging.getLogger("promoter.serve")
@@ -76,16 +77,40 @@ def _remove(directory: Path) -> bool:
     return proven
 
 
-def prepare(state_dir: Path) -> Path:
-    """Sweep the leftovers of ended daemons, then create this daemon's directory."""
+def prepare(state_dir: Path, *, shared_with: str | None) -> Path:
+    """Sweep the leftovers of ended daemons, then create this daemon's directory.
+
+    ``shared_with``: None when no other host may write in the state directory
+    (``promoter.engine.state_sharing``); else a directory of a process id that does not run
+    here may be a live daemon's on another machine, and is kept (one line counts them).
+    """
     root = state_dir / ROOT
     root.mkdir(mode=0o700, exist_ok=True)
     mine = root / str(os.getpid())
+    elsewhere: list[Path] = []
     for entry in sorted(root.iterdir()):
-        if entry == mine or (_NAME.fullmatch(entry.name) and not _alive(int(entry.name))):
+        ended = entry == mine or (_NAME.fullmatch(entry.name) and not _alive(int(entry.name)))
+        if ended and shared_with is not None:
+            elsewhere.append(entry)  # its process may run on another machine
+        elif ended:
             _remove(entry)  # an ended daemon's (an earlier one of this very process id)
         elif not _NAME.fullmatch(entry.name):
             _remove(entry)  # logged and kept: never a name this daemon gives
+    if elsewhere:
+        kind = "directory" if len(elsewhere) == 1 else "directories"
+        event(
+            log,
+            f"kept {len(elsewhere)} metrics {kind} whose daemon may run on another machine: "
+            f"{shared_with} may write in {state_dir} (a start after its fence removes them): "
+            f"{', '.join(str(path) for path in elsewhere)}",
+            logging.WARNING,
+            kept=[str(path) for path in elsewhere],
+        )
+    if mine in elsewhere:
+        raise ConfigError(
+            f"{mine} is kept: a daemon of this process id on another machine may use it "
+            f"({shared_with} may write in {state_dir}); start again (another process id)"
+        )
     mine.mkdir(mode=0o700)  # still there: not promoter's own, the start stops
     mine.chmod(0o700)
     return mine

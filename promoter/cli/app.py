@@ -206,9 +206,13 @@ def serve(
             repository_identity=repository.identity,
         )
     if count > 1:
+        from promoter.engine import state_sharing
         from promoter.engine.receipts.envelopes import published_keyring
 
         published_keyring(services)  # once, before any worker starts
+        shared_with = state_sharing.others(
+            settings.state_dir, services.owner.host, settings.replaces_host, services.db
+        )
         services.close()  # each worker opens its own
         bound = f"http://{settings.host}:{sock.getsockname()[1]}"
 
@@ -218,7 +222,8 @@ def serve(
             _record_for_the_person(bound, settings, started)
 
         overrides["port"] = sock.getsockname()[1]
-        shared = metrics_dir.prepare(settings.state_dir)  # one set of metrics, every worker's
+        # one set of metrics, every worker's
+        shared = metrics_dir.prepare(settings.state_dir, shared_with=shared_with)
         try:
             code = fleet.Fleet(
                 count,

@@ -13,7 +13,10 @@ starting at once exactly one records, the other compares). The workers of one ``
 --workers N`` are one host and are never asked. A daemon configured as the recorded
 host's replacement (``replaces_host``: it takes that host's work over once it is fenced,
 and must read its documents) is let in; the record stays the first host's, and one that
-starts first on a directory recording none records the host it replaces.
+starts first on a directory recording none records the host it replaces. A replacement
+also records itself under ``<state_dir>/replacements/`` (one file each, never removed):
+``writers`` names every host that may write in the directory, which a start's sweep of
+temps asks (``promoter.engine.state_sharing``).
 
 Deliberately not here: which host id a daemon has (``promoter.config``, the machine id by
 default), and the ledger (a state directory is not a host's row; a fence is).
@@ -22,6 +25,7 @@ default), and the ledger (a state directory is not a host's row; a fence is).
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -30,6 +34,7 @@ from promoter.errors import ConfigError
 from promoter.store.durable import make_dirs, write_new
 
 FILE = "host-id"
+REPLACEMENTS = "replacements"  # one file per replacement that started on the directory
 LIMIT = 4096  # a host id is at most 200 characters (``promoter.config``)
 
 
@@ -40,7 +45,10 @@ def recorded(state_dir: Path) -> str | None:
     read only if it is a regular file, at most ``LIMIT`` bytes; anything else standing at
     the name refuses the start (``config_error``) and is left as it is.
     """
-    path = state_dir / FILE
+    return _read_id(state_dir / FILE)
+
+
+def _read_id(path: Path) -> str | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -91,10 +99,50 @@ def claim(state_dir: Path, host_id: str, *, replaces: str | None = None) -> None
         owner = host_id if replaces is None else replaces
         make_dirs(state_dir, mode=0o700)
         if write_new(state_dir / FILE, f"{owner}\n".encode(), mode=0o444):
-            return
-        found = recorded(state_dir)  # another daemon recorded first: compare with its
-        assert found is not None  # written by ``write_new``'s winner, never removed
+            found = owner
+        else:
+            found = recorded(state_dir)  # another daemon recorded first: compare with its
+            assert found is not None  # written by ``write_new``'s winner, never removed
     _compare(state_dir, found, host_id, replaces)
+    if found != host_id:  # a replacement: the recorded host's daemon learns it may write
+        _record_replacement(state_dir, host_id)
+
+
+def _record_replacement(state_dir: Path, host_id: str) -> None:
+    """``<state_dir>/replacements/<sha256 of the id, 32 hex>`` naming ``host_id`` (a host
+    id may hold any character but a file name may not); once, never removed."""
+    where = state_dir / REPLACEMENTS
+    make_dirs(where, mode=0o700)
+    write_new(where / _file_of(host_id), f"{host_id}\n".encode(), mode=0o444)
+
+
+def _file_of(host_id: str) -> str:
+    return hashlib.sha256(host_id.encode()).hexdigest()[:32]
+
+
+def writers(state_dir: Path) -> set[str]:
+    """Every host that may write in the state directory: the one it records and each
+    replacement that started on it. A file under ``replacements/`` that is not a
+    replacement's record (not a regular file, or not named after the id it holds) refuses
+    (``config_error``): the directory's writers are then unknown."""
+    found: set[str] = set()
+    owner = recorded(state_dir)
+    if owner:
+        found.add(owner)
+    try:
+        names = sorted(os.listdir(state_dir / REPLACEMENTS))
+    except FileNotFoundError:
+        return found
+    except OSError as exc:
+        raise ConfigError(f"{state_dir / REPLACEMENTS} cannot be read: {exc}") from exc
+    for name in names:
+        host = _read_id(state_dir / REPLACEMENTS / name)
+        if not host or _file_of(host) != name:
+            raise ConfigError(
+                f"{state_dir / REPLACEMENTS / name} is not a replacement's record of promoter's"
+            )
+        found.add(host)
+    return found
 
 
 def _compare(state_dir: Path, found: str, host_id: str, replaces: str | None) -> None:

@@ -4,10 +4,13 @@
 writer (``.promoter-state-tmp-<boot>-<pid>-<start>-<16 hex>``, ``merge-…`` for a
 merge's scratch, ``review-diff-…`` for a review diff's links) for the few places that
 need a name (a filesystem without ``O_TMPFILE``, the moment before a rename).
-``sweep(state_dir)`` runs once at the daemon's start and removes, logging each, only the
-temps whose writer is provably gone, in promoter's own directories, also under the names
-older versions used
-(protocol: recovery#own-names-outside-worktrees).
+``sweep(state_dir, shared_with=...)`` runs once at the daemon's start and removes, logging
+each, only the temps whose writer is provably gone, in promoter's own directories, also
+under the names older versions used (protocol: recovery#own-names-outside-worktrees). A
+writer of another boot is provably gone only when no other host may write in the
+directory (``shared_with`` None, ``promoter.engine.state_sharing``): on a shared disk it
+may be a live host's on another machine, so such temps are then kept and counted in one
+line.
 
 Not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``), and
 anything in a person's worktree (protocol: recovery#journaled-names-only).
@@ -109,45 +112,51 @@ def is_own_temp(name: str) -> bool:
     return _OWN.fullmatch(name) is not None
 
 
-def _writer_alive(name: str, pattern: re.Pattern[str] = _OWN) -> bool:
-    """Whether the process that named temp ``name`` may still be writing it."""
+def _writer_state(name: str, pattern: re.Pattern[str] = _OWN) -> str:
+    """``ALIVE`` when the process that named temp ``name`` may still be writing it, ``GONE``
+    when it provably ended on this machine, ``ELSEWHERE`` when it ran under another boot id:
+    ended on this machine, or a live writer on another one (a state directory on a shared
+    disk); ``OTHER`` for a name that is not the pattern's."""
     match = pattern.fullmatch(name)
     if match is None:
-        return False
+        return OTHER
     boot, pid, start = match.group(1), int(match.group(2)), match.group(3)
     if boot != _BOOT:
-        return False  # written before this boot: its writer is gone
+        return ELSEWHERE
     now = _start_of(pid)
     if now is None:
-        return False
-    return start == _UNKNOWN_START or now in (_UNKNOWN_START, start)
+        return GONE
+    return ALIVE if start == _UNKNOWN_START or now in (_UNKNOWN_START, start) else GONE
 
 
-def _legacy_pid_alive(pid: int) -> bool:
-    return _start_of(pid) is not None
+ALIVE, GONE, ELSEWHERE, OTHER = "alive", "gone", "elsewhere", "other"
 
 
-def _removable(place: str, name: str) -> bool:
-    """Whether ``name`` in a directory of kind ``place`` is a leftover temp of promoter's."""
+def _leftover(place: str, name: str) -> str:
+    """Whether ``name`` in a directory of kind ``place`` is a leftover temp of promoter's:
+    ``GONE`` (its writer provably ended here), ``ELSEWHERE`` (its writer cannot be looked
+    up on this machine: another boot id, or an older version's name that names no boot),
+    or ``OTHER`` (a live writer's, or not a temp of promoter's)."""
     if place == "merge":
-        return _OWN_MERGE.fullmatch(name) is not None and not _writer_alive(name, _OWN_MERGE)
-    if is_own_temp(name):
-        return not _writer_alive(name)
-    if place == "audit" and _OWN_REVIEW.fullmatch(name):
-        return not _writer_alive(name, _OWN_REVIEW)
-    if place in ("audit", "credentials", "quota") and _LEGACY_AUDIT.fullmatch(name):
-        return True
-    if place == "run" and name == _LEGACY_RUN:
-        return True
-    if place == "shadow":
-        legacy = _LEGACY_SHADOW.fullmatch(name)
-        return legacy is not None and not _legacy_pid_alive(int(legacy.group(1)))
-    return False
+        state = _writer_state(name, _OWN_MERGE)
+    elif is_own_temp(name):
+        state = _writer_state(name)
+    elif place == "audit" and _OWN_REVIEW.fullmatch(name):
+        state = _writer_state(name, _OWN_REVIEW)
+    elif place in ("audit", "credentials", "quota") and _LEGACY_AUDIT.fullmatch(name):
+        state = ELSEWHERE  # names no writer at all
+    elif place == "run" and name == _LEGACY_RUN:
+        state = ELSEWHERE
+    elif place == "shadow" and (legacy := _LEGACY_SHADOW.fullmatch(name)) is not None:
+        state = ALIVE if _start_of(int(legacy.group(1))) is not None else ELSEWHERE
+    else:
+        state = OTHER
+    return OTHER if state == ALIVE else state
 
 
 def _directories(state_dir: Path) -> list[tuple[str, Path]]:
     """Every directory of promoter's own that a temp may be left in, with its kind."""
-    places: list[tuple[str, Path]] = [("top", state_dir)]
+    places: list[tuple[str, Path]] = [("top", state_dir), ("top", state_dir / "replacements")]
     audit = state_dir / "audit"
     places += [("audit", audit)]
     for found in _walk(audit, skip={audit / "blobs"}):
@@ -184,9 +193,17 @@ def _walk(directory: Path, *, skip: set[Path]) -> list[Path]:
     return found
 
 
-def sweep(state_dir: Path) -> list[Path]:
-    """Remove leftover temps of promoter's own under ``state_dir``; the paths removed."""
+def sweep(state_dir: Path, *, shared_with: str | None) -> list[Path]:
+    """Remove leftover temps of promoter's own under ``state_dir``; the paths removed.
+
+    ``shared_with``: None when no other host may write in the directory (a temp of another
+    boot is then provably a killed writer's), else the hosts that may, as the log names
+    them: their temps cannot be told from this machine's own of an earlier boot, so every
+    temp whose writer is not provably gone on this machine is kept, and one line names
+    them and why.
+    """
     removed: list[Path] = []
+    kept: list[Path] = []
     for place, directory in _directories(state_dir):
         try:
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -196,19 +213,42 @@ def sweep(state_dir: Path) -> list[Path]:
             log.warning("cannot sweep %s for leftover temps: %s", directory, exc)
             continue
         try:
-            gone = _sweep_one(place, directory, dir_fd)
+            gone = _sweep_one(place, directory, dir_fd, kept if shared_with else None)
             if gone:
                 flush.fsync(dir_fd)
             removed += gone
         finally:
             os.close(dir_fd)
+    if kept:
+        log.warning(
+            "kept %d temp%s whose writer may be alive on another machine: %s may write in "
+            "%s (a start after its fence removes them): %s",
+            len(kept),
+            "" if len(kept) == 1 else "s",
+            shared_with,
+            state_dir,
+            ", ".join(str(path) for path in kept[:_NAMED]) + _more(len(kept)),
+        )
     return removed
 
 
-def _sweep_one(place: str, directory: Path, dir_fd: int) -> list[Path]:
+_NAMED = 20  # the kept temps a log line names; the count says how many more
+
+
+def _more(count: int) -> str:
+    return f" and {count - _NAMED} more" if count > _NAMED else ""
+
+
+def _sweep_one(place: str, directory: Path, dir_fd: int, kept: list[Path] | None) -> list[Path]:
+    """The leftovers of ``directory`` removed; with ``kept`` (a shared directory), those
+    whose writer this machine cannot look up are added to it instead."""
     gone: list[Path] = []
     for name in sorted(os.listdir(dir_fd)):
-        if not _removable(place, name):
+        state = _leftover(place, name)
+        if state == OTHER:
+            continue
+        if state == ELSEWHERE and kept is not None:
+            kept.append(directory / name)
             continue
         with contextlib.suppress(FileNotFoundError):
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

@@ -131,7 +131,7 @@ def test_prepare_removes_only_ended_daemons_own_directories(
     swapped = root / str(_dead_pid())
     swapped.symlink_to(outside)
     with caplog.at_level(logging.WARNING, "promoter.serve"):
-        mine = metrics_dir.prepare(tmp_path)
+        mine = metrics_dir.prepare(tmp_path, shared_with=None)
     assert mine == root / str(os.getpid())
     assert sorted(p.name for p in root.iterdir()) == sorted(
         [mine.name, running.name, extra.name, linked.name, named.name, swapped.name]
@@ -145,8 +145,28 @@ def test_prepare_removes_only_ended_daemons_own_directories(
     assert oct(mine.stat().st_mode & 0o777) == oct(0o700)
 
 
+def test_prepare_in_a_shared_state_directory_keeps_directories_of_other_machines_pids(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replacement's state directory: a process id that does not run here may be a live
+    daemon's of the replaced host on its own machine, so its metrics stay, counted."""
+    root = tmp_path / metrics_dir.ROOT
+    theirs = root / str(_dead_pid())
+    theirs.mkdir(parents=True)
+    (theirs / "counter_7.db").write_bytes(b"live")
+    with caplog.at_level(logging.WARNING, "promoter.serve"):
+        mine = metrics_dir.prepare(tmp_path, shared_with="host host-a (active, not fenced)")
+    assert (theirs / "counter_7.db").read_bytes() == b"live"
+    assert [r.getMessage() for r in caplog.records] == [
+        "kept 1 metrics directory whose daemon may run on another machine: host host-a "
+        f"(active, not fenced) may write in {tmp_path} (a start after its fence removes "
+        f"them): {theirs}"
+    ]
+    metrics_dir.remove(mine)
+
+
 def test_remove_keeps_a_directory_holding_anything_else(tmp_path: Path) -> None:
-    mine = metrics_dir.prepare(tmp_path)
+    mine = metrics_dir.prepare(tmp_path, shared_with=None)
     (mine / "histogram_3.db").write_bytes(b"")
     (mine / "notes").write_bytes(b"")
     metrics_dir.remove(mine)

@@ -267,7 +267,7 @@ ENGINE_LAYERS: list[set[str]] = [
     {"ports"},
     {"services"},
     {"ownership"},
-    {"liveness", "host_state", "repos", "webhooks"},
+    {"liveness", "host_state", "repos", "webhooks", "state_sharing"},
 ]
 
 

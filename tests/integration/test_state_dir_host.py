@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from promoter.engine.ownership import machine_host_id
+from promoter.store import state_host
 from tests.support.process import DaemonProcess
 
 pytestmark = pytest.mark.slow  # daemons as processes
@@ -142,6 +143,7 @@ def test_a_replacement_named_for_the_recorded_host_shares_its_state_directory(
     )
     started.append(b)
     assert (state / "host-id").read_text() == "host-a\n"  # still A's
+    assert state_host.writers(state) == {"host-a", "host-b"}  # A's start learns of B
     refused = _serve(state, "host-c", PROMOTER_REPLACES_HOST="host-b")  # not the recorded
     assert refused.returncode == 78, refused.stderr
     assert refused.stderr.endswith(_refusal(state, "host-a", "host-c")), refused.stderr
@@ -196,7 +198,6 @@ def test_a_host_id_that_is_not_a_plain_file_refuses_the_start_and_is_kept(
     state directory), a directory or a FIFO: the start refuses (``config_error``) without
     following it, reading through it or blocking on it, and the entry stays as it was."""
     from promoter.errors import ConfigError
-    from promoter.store import state_host
 
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
@@ -219,3 +220,21 @@ def test_a_host_id_that_is_not_a_plain_file_refuses_the_start_and_is_kept(
     assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
     assert outside.read_text() == "host-a\n"
     assert sorted(p.name for p in state.iterdir()) == ["host-id"]
+
+
+def test_a_planted_replacement_record_leaves_the_directorys_writers_unknown(
+    tmp_path: Path,
+) -> None:
+    """A file under ``replacements/`` not named after the id it holds (planted, or a
+    symlink) is not a record of promoter's: the writers are unknown (``config_error``),
+    which keeps every temp a start cannot prove gone; nothing is changed."""
+    from promoter.errors import ConfigError
+
+    state = tmp_path / "state"
+    state_host.claim(state, "host-b", replaces="host-a")
+    assert state_host.writers(state) == {"host-a", "host-b"}
+    planted = state / state_host.REPLACEMENTS / ("0" * 32)
+    planted.write_text("host-c\n")
+    with pytest.raises(ConfigError, match="is not a replacement's record of promoter's"):
+        state_host.writers(state)
+    assert planted.read_text() == "host-c\n"

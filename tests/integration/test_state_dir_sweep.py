@@ -39,6 +39,7 @@ def test_a_killed_writers_temps_are_removed_from_every_own_store(tmp_path: Path)
     state = tmp_path / "state"
     places = [
         "",
+        "replacements",  # a replacement's record is written new through a temp
         "audit",
         "audit/tmp",
         "audit/grants",
@@ -60,7 +61,7 @@ def test_a_killed_writers_temps_are_removed_from_every_own_store(tmp_path: Path)
         _touch(state / "runs/run_0a/run.json"),
         _touch(state / "credentials/operator.token"),
     ]
-    removed = sweep(state)
+    removed = sweep(state, shared_with=None)
     assert sorted(removed) == sorted(dead + legacy)
     assert not any(p.exists() for p in dead + legacy)
     assert all(p.read_bytes() == b"x" for p in kept)
@@ -75,8 +76,30 @@ def test_a_live_writers_temp_is_kept(tmp_path: Path) -> None:
     other_boot = _touch(mine.with_name(f"{PREFIX}ffffffff-{os.getpid()}-1-{'1' * 16}"))
     if state_temps._BOOT == "ffffffff":
         pytest.skip("this boot id starts with ffffffff")
-    assert sorted(sweep(tmp_path)) == sorted([reused, other_boot])
+    assert sorted(sweep(tmp_path, shared_with=None)) == sorted([reused, other_boot])
     assert mine.exists()
+
+
+def test_a_shared_directory_keeps_every_temp_not_provably_gone_on_this_machine(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another host may write in the directory: a temp of another boot, and an older
+    version's name that names no boot, may be its live writer's; only a temp of this boot
+    whose writer ended is removed, and one line counts and names the kept."""
+    state = tmp_path / "state"
+    boot = "eeeeeeee" if state_temps._BOOT == "ffffffff" else "ffffffff"
+    other_boot = _touch(state / "audit/tmp" / f"{PREFIX}{boot}-4242-991-{'0' * 16}", b"a's")
+    legacy = _touch(state / "credentials/.tmp-0123456789abcdef", b"a's too")
+    dead = _touch(state / "audit/tmp" / _dead_writer_name())
+    with caplog.at_level("WARNING", logger="promoter.state"):
+        assert sweep(state, shared_with="host host-a (active, not fenced)") == [dead]
+    assert (other_boot.read_bytes(), legacy.read_bytes()) == (b"a's", b"a's too")
+    (line,) = [r.getMessage() for r in caplog.records if "kept" in r.getMessage()]
+    assert line == (
+        "kept 2 temps whose writer may be alive on another machine: host host-a (active, not "
+        f"fenced) may write in {state} (a start after its fence removes them): "
+        f"{other_boot}, {legacy}"
+    )
 
 
 def test_look_alikes_outside_promoters_own_places_are_never_swept(tmp_path: Path) -> None:
@@ -93,7 +116,7 @@ def test_look_alikes_outside_promoters_own_places_are_never_swept(tmp_path: Path
     link = state / "audit" / _dead_writer_name()
     link.symlink_to(target)
     unrelated = _touch(state / "audit" / f"{PREFIX}not-a-temp")
-    assert sweep(state) == []
+    assert sweep(state, shared_with=None) == []
     for path in (in_clone, in_clone_legacy, in_objects, in_blobs, legacy_in_top, unrelated):
         assert path.read_bytes() == b"x"
     assert (directory / "inside").read_bytes() == b"x"
@@ -106,7 +129,7 @@ def test_a_symlinked_store_is_not_followed(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir()
     (state / "quota").symlink_to(outside)
-    assert sweep(state) == []
+    assert sweep(state, shared_with=None) == []
     assert victim.exists()
 
 
@@ -151,7 +174,7 @@ def test_a_kill_while_a_sandbox_record_is_saved_leaves_the_old_record_and_no_tem
     temps = [n for n in names if n.startswith(PREFIX)]
     leaves_name = named or point == "run_record_after_link"  # a replace links, then renames
     assert len(temps) == (1 if leaves_name else 0) and len(names) == 1 + len(temps)
-    assert [p.name for p in sweep(state)] == temps
+    assert [p.name for p in sweep(state, shared_with=None)] == temps
     assert os.listdir(home) == ["run.json"]
 
 
@@ -173,7 +196,7 @@ def test_a_shadow_repository_staged_by_a_killed_writer_is_removed_whole(tmp_path
     assert (staged[0] / "HEAD").read_bytes() == b"ref: refs/heads/main\n"
     live = state / "snapshots" / temp_name()  # one this process is staging now
     live.mkdir()
-    assert sweep(state) == staged
+    assert sweep(state, shared_with=None) == staged
     assert sorted(p.name for p in (state / "snapshots").iterdir()) == [live.name]
     subprocess.run([sys.executable, "-c", KILLED_SHADOW, str(shadow)], check=True)
     assert (shadow / "HEAD").is_file() and (shadow / "objects" / "pack").is_dir()
@@ -202,7 +225,7 @@ def test_a_killed_review_diffs_links_are_removed_and_the_stored_blob_stays(
     os.link(blob, live / "n" / "000000")
     look_alike = _touch(state / "audit" / "tmp" / "review-diff-notes.txt")
 
-    assert sweep(state) == [dead]
+    assert sweep(state, shared_with=None) == [dead]
     assert sorted(p.name for p in (state / "audit" / "tmp").iterdir()) == sorted(
         [live.name, look_alike.name]
     )
