@@ -182,3 +182,20 @@ def test_a_link_planted_by_a_step_where_the_persons_directory_is_is_never_follow
     assert list(outside.iterdir()) == []  # nothing ran there
     assert (repo / "sub" / "keep.txt").read_bytes() == b"kept\n"
     assert len(_only_run(daemon).steps) == 1  # no step began: no grant, nothing run
+
+
+def test_a_run_typed_inside_dot_git_starts_at_the_root_and_says_so(
+    daemon: Daemon, repo: Path
+) -> None:
+    inside = repo / ".git" / "refs"
+    git_before = git_dir_digest(repo)
+    result = _run(daemon, inside, "--repo", "work", "--unconfined", "--yes", "--keep",
+                  "--", "sh", "-c", PWD)  # fmt: skip
+    _ok(result)
+    record = _only_run(daemon)
+    assert (
+        "starting at the sandbox's root: .git/refs is not in the sandbox (git's own "
+        "directory is not the sandbox's)\n"
+    ) in result.stdout
+    assert (repo / "here.txt").read_bytes() == f"{record.clone}\n".encode()
+    assert git_dir_digest(repo) == git_before

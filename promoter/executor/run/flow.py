@@ -6,7 +6,8 @@ changed: ``start_watch.py``); ``step`` (a new run's first one with the repositor
 layout its start found, not asked of the daemon again, HEAD read again from the
 worktree's files: ``state.Known``) registers the grant, lease and token in one request
 (the grant then known by its hash, not read back: ``registered_grant``), runs the
-command (confined unless ``Confinement.unconfined``), adopts or builds the bundle,
+command (confined unless ``Confinement.unconfined``; in the sandbox's counterpart of the
+person's directory, ``where.py``), adopts or builds the bundle,
 submits it and shows the review; ``promote`` runs the preflight (with ``drift.py``'s
 offer), asks, promotes and fetches the receipt; ``promote_submitted``, ``finish`` and
 ``interrupted`` continue, clean up and stop. A bundle the builder or the host refuses
