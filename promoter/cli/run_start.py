@@ -5,7 +5,8 @@ or by ``run_args.parse``; the person asked by ``run_person.TerminalPerson``): th
 confinement the flags ask for, checked before a sandbox or a grant exists (bubblewrap
 probed while the repository is looked up and its worktree read); a new sandbox (``flow.start``) or a
 continued one; the step (``flow.step``) or the promotion a continued run's last step
-left submitted; the outcome ``--json`` prints and Ctrl-C as ``interrupted`` (exit 130).
+left submitted, started in the sandbox's counterpart of the current directory; the
+outcome ``--json`` prints and Ctrl-C as ``interrupted`` (exit 130).
 It is imported only by a run, so ``run --list``, ``--prune`` and ``--remove`` load none
 of the confinement, layers or flow modules. A usage error (no command, no repository
 named outside a guarded worktree) is typer's, which is imported for it.
@@ -188,7 +189,7 @@ def start(
             try:
                 flow.step(
                     host, run, command, person=person, timeout=timeout, how=how,
-                    outcome=outcome, stem=stem,
+                    outcome=outcome, stem=stem, here=_here(),
                 )  # fmt: skip
             except PromoterError as exc:
                 if isinstance(exc, CommandFailed) and not unconfined:
@@ -199,6 +200,15 @@ def start(
                 )
                 raise
     flow.finish(run, person, keep=keep or links.keep_sandbox(run.record))
+
+
+def _here() -> str | None:
+    """The current directory, where the command starts in the sandbox (``run.where``);
+    None when it is gone (the command then starts at the sandbox's root)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def _no_probe() -> None:

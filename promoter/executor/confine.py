@@ -164,6 +164,8 @@ class Sandbox(NamedTuple):
     limits: Limits = Limits()  # immutable: one for all
     overlay: Overlay | None = None
     """A layered sandbox: ``clone`` is its mount point (``layers.Overlay.wrap``)."""
+    workdir: str = ""
+    """Where below ``clone`` the command starts ("": ``clone``; ``run.where``, checked)."""
 
 
 class Outcome(NamedTuple):
@@ -479,7 +481,9 @@ def _bwrap_argv(
         argv += ["--ro-bind", str(relay.directory), os.path.dirname(SOCKET_INSIDE)]
     if box.overlay is not None:
         argv += box.overlay.binds()
-    argv += ["--chdir", clone, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
+    # inside the sandbox's namespace: whatever is there, nothing the sandbox does not see
+    start = os.path.join(clone, box.workdir) if box.workdir else clone
+    argv += ["--chdir", start, "--", _python(), "-I", "-S", "-c", _ENTRY.read_text()]
     argv += [SOCKET_INSIDE if relay is not None else "", str(port)]
     if step_fd is not None:  # the step's own variables come on it (``Prepared.run``)
         argv.append(str(step_fd))
@@ -625,10 +629,20 @@ def _after(relay: Relay | None, trees: Sequence[Path], *, quiet: bool) -> None:
         log.warning("%s", exc.detail)
 
 
-def run_unconfined(command: Sequence[str], clone: Path, env: dict[str, str], timeout: float) -> int:
-    """Run ``command`` as the person, in the clone, in a process group of its own."""
+def run_unconfined(
+    command: Sequence[str],
+    clone: Path,
+    env: dict[str, str],
+    timeout: float,
+    start: int | None = None,
+) -> int:
+    """Run ``command`` as the person, in the clone, in a process group of its own.
+
+    ``start``: a descriptor of the directory it starts in (``run.where.opened``), entered
+    by the child as it is (``/proc/self/fd``), never by a path a link could redirect."""
+    cwd = clone if start is None else Path(f"/proc/self/fd/{start}")
     try:
-        code = _wait(list(command), env, clone, timeout)
+        code = _wait(list(command), env, cwd, timeout)
     except BaseException:
         _after(None, (clone,), quiet=True)
         raise

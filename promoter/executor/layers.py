@@ -58,8 +58,8 @@ _START, _UPPER, _WORK = "layers/start", "layers/upper", "layers/work"
 _MOUNT = (
     """\
 import _ctypes, os, sys
-home, lower, argv = sys.argv[1], sys.argv[2], sys.argv[4:]
-assert sys.argv[3] == "--"
+home, lower, into, argv = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[5:]
+assert sys.argv[4] == "--"
 class _Int(_ctypes._SimpleCData):
     _type_ = "i"
 class _Call(_ctypes.CFuncPtr):  # a function of ctypes.CDLL(None, use_errno=True)
@@ -88,6 +88,19 @@ options = ("lowerdir=%s,upperdir=layers/upper,workdir=layers/work,userxattr,"
            "redirect_dir=nofollow,metacopy=off,index=off" % lower)
 check(libc.mount(b"overlay", b"clone", b"overlay", 0, options.encode()), "overlay mount")
 os.chdir("clone")
+if into:  # below the merged root, a directory at a time, never through a link
+    here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    for name in into.split("/"):
+        try:
+            below = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=here)
+        except OSError as exc:
+            sys.stderr.write("promoter: %s: not a directory of the sandbox: %s\\n"
+                             % (into, os.strerror(exc.errno)))
+            os._exit(125)
+        os.close(here)
+        here = below
+    os.fchdir(here)
+    os.close(here)
 """
     + FOLD
     + """\
@@ -144,15 +157,17 @@ class Overlay(NamedTuple):
     def binds(self) -> list[str]:
         return ["--ro-bind", os.path.realpath(self.objects), OBJECTS_INSIDE]
 
-    def wrap(self, argv: Sequence[str]) -> list[str]:
+    def wrap(self, argv: Sequence[str], into: str = "") -> list[str]:
         """``argv`` (the limits' shim before bubblewrap, or a command) run inside a
-        namespace where the overlay is mounted."""
+        namespace where the overlay is mounted; ``into``: the directory below the merged
+        root it starts in, entered without following a link (an unconfined command's:
+        ``run.where``)."""
         home = os.path.realpath(self.layers.home)
         lower = [os.path.relpath(os.path.realpath(p), home) for p in self.layers.below()]
         for path in lower:  # the mount options' separators
             if any(c in path for c in ":,\\"):
                 raise ConfigError(f"a sandbox layer's path holds ':' or ',': {path}")
-        return [_python(), "-I", "-S", "-c", _MOUNT, home, ":".join(lower), "--", *argv]
+        return [_python(), "-I", "-S", "-c", _MOUNT, home, ":".join(lower), into, "--", *argv]
 
 
 def chosen_layout(unconfined: bool, where: Path) -> str:

@@ -6,6 +6,7 @@ per move),
 ``person`` (what the workflow shows and asks, as a protocol the CLI implements),
 ``answers`` (preconditions, the agent's bundle, a drift refusal), ``drift`` (the merge
 offered for a file the person saved during the run), ``merged`` (which promotion a
-refused step became through merges) and ``links`` (a link the grant's
-policy refuses, the rest without it). Nothing here prints or reads a terminal.
+refused step became through merges), ``links`` (a link the grant's
+policy refuses, the rest without it) and ``where`` (the directory the command starts
+in: the person's, or the root and why). Nothing here prints or reads a terminal.
 """

@@ -6,7 +6,8 @@ changed: ``start_watch.py``); ``step`` (a new run's first one with the repositor
 layout its start found, not asked of the daemon again, HEAD read again from the
 worktree's files: ``state.Known``) registers the grant, lease and token in one request
 (the grant then known by its hash, not read back: ``registered_grant``), runs the
-command (confined unless ``Confinement.unconfined``), adopts or builds the bundle,
+command (confined unless ``Confinement.unconfined``; in the sandbox's counterpart of the
+person's directory, ``where.py``), adopts or builds the bundle,
 submits it and shows the review; ``promote`` runs the preflight (with ``drift.py``'s
 offer), asks, promotes and fetches the receipt; ``promote_submitted``, ``finish`` and
 ``interrupted`` continue, clean up and stop. A bundle the builder or the host refuses
@@ -40,7 +41,7 @@ from promoter.domain.hidden import visible
 from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
 from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
-from promoter.executor.run import answers, drift, links
+from promoter.executor.run import answers, drift, links, where
 from promoter.executor.run.merged import followed
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
@@ -345,6 +346,7 @@ class _Command:
         person: Person,
         known: Known | None,
         stem: confine.Stem | None,
+        here: str | None = None,
     ) -> None:
         self.command, self.record, self.how, self.person = command, record, how, person
         self.env = env  # the command's variables but the step's own (``confine.STEP_ENV``)
@@ -358,6 +360,10 @@ class _Command:
             layered.overlay_of(record, found=found) if record.layout == "overlay" else None
         )
         self.hide = _hidden(host.state_dir, record, how.hide, found)
+        # the person's directory in the sandbox, or the root and why (run/where.py)
+        stack = self.overlay.layers.all() if self.overlay is not None else None
+        rel = where.relative(record.worktree, here)
+        self.start_dir = where.start_dir(Path(record.clone), rel, stack=stack, layout=found)
         self.url = host.url
         self._prepared = None if how.unconfined else self._prepare(host.url, stem)
 
@@ -369,6 +375,7 @@ class _Command:
             network=self.how.network,
             limits=self.how.limits,
             overlay=self.overlay,
+            workdir=self.start_dir.rel,
         )
         env = confine.sandbox_env(
             self.base, {**self.env, "PROMOTER_URL": url}, self.home, self.how.pass_env
@@ -385,15 +392,28 @@ class _Command:
     def start(self, url: str, token: str, timeout: float) -> int:
         """Run the command with the step's ``token`` against the daemon at ``url`` (another
         than it was made ready for: made ready again); its exit status."""
-        record, how = self.record, self.how
+        record, how, rel = self.record, self.how, self.start_dir.rel
+        if self.start_dir.note is not None:
+            self.person.say(escape(self.start_dir.note))
+        inside = os.path.join(record.clone, rel) if rel else record.clone
         self.person.say(
-            f"[bold]running[/] {escape(_echoed(self.command))} in {record.clone} ({how.kind})"
+            f"[bold]running[/] {escape(_echoed(self.command))} in {escape(visible(inside))} "
+            f"({how.kind})"
         )
         env = {**self.env, "PROMOTER_URL": url, "PROMOTER_TOKEN": token}
         if how.unconfined:
-            argv = self.overlay.wrap(self.command) if self.overlay else self.command
             clone = Path(record.clone)  # mounted, not confined
-            return confine.run_unconfined(argv, clone, {**self.base, **env}, timeout)
+            if self.overlay is not None:  # entered in the mount's namespace, by descriptor
+                argv = self.overlay.wrap(self.command, into=rel)
+                return confine.run_unconfined(argv, clone, {**self.base, **env}, timeout)
+            start = where.opened(clone, rel) if rel else None
+            try:
+                return confine.run_unconfined(
+                    self.command, clone, {**self.base, **env}, timeout, start
+                )
+            finally:
+                if start is not None:
+                    os.close(start)
         assert self._prepared is not None
         if url != self.url:  # a 421 followed: the relay and the variables are the owner's
             self._prepared.close()
@@ -481,12 +501,15 @@ def step(
     how: Confinement | None = None,
     outcome: Outcome | None = None,
     stem: confine.Stem | None = None,
+    here: str | None = None,
 ) -> Outcome:
     """One step of ``run``: CMD run in the sandbox, its changes reviewed and promoted.
 
     ``outcome`` is filled as the step goes, so that a caller holds it when the step ends
     in an error too. ``stem``: the confined command's first process, started as the run
-    began (``confine.Stem``; the caller ends it when the step ends without its command)."""
+    began (``confine.Stem``; the caller ends it when the step ends without its command).
+    ``here``: the person's current directory; the command starts in its counterpart in
+    the sandbox (``where.py``; None: at the sandbox's root)."""
     how = how or Confinement()
     outcome = outcome if outcome is not None else Outcome()
     record = run.record
@@ -502,7 +525,7 @@ def step(
         }
         # the command made ready first, while the step is checked and its grant registered
         # (the longer way to its start); it starts with the step's token
-        with _Command(command, host, record, env, how, person, known, stem) as ready:
+        with _Command(command, host, record, env, how, person, known, stem, here) as ready:
             from promoter.executor.handover import (  # the builder: a run's
                 fetched_base,
                 fetched_grant,
