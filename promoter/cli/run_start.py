@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import json
 import os
+import shlex
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -90,9 +91,20 @@ def infer_repository(client: PromoterClient) -> str:
             return str(repository["name"])
     names = ", ".join(str(r["name"]) for r in repositories) or "none"
     where = f"{here} is not" if here is not None else "the current directory is not in"
+    guard = ""
+    if here is not None:  # a worktree of its own: how the daemon comes to guard it too
+        each = [
+            *(f"{r['name']}={r['worktree']}" for r in repositories),
+            f"{Path(here).name}={here}",
+        ]
+        guard = (
+            "; to guard it too, start the daemon again with one --repo each: promoter serve "
+            + " ".join(f"--repo {shlex.quote(one)}" for one in each)
+            + " (docs/guide/getting-started.md)"
+        )
     raise _usage_error(
         f"name the repository: --repo NAME ({where} a worktree the daemon guards; "
-        f"it guards: {names})"
+        f"it guards: {names}{guard})"
     )
 
 
