@@ -93,14 +93,10 @@ def infer_repository(client: PromoterClient) -> str:
     where = f"{here} is not" if here is not None else "the current directory is not in"
     guard = ""
     if here is not None:  # a worktree of its own: how the daemon comes to guard it too
-        each = [
-            *(f"{r['name']}={r['worktree']}" for r in repositories),
-            f"{Path(here).name}={here}",
-        ]
-        guard = (
-            "; to guard it too, start the daemon again with one --repo each: promoter serve "
-            + " ".join(f"--repo {shlex.quote(one)}" for one in each)
-            + " (docs/guide/getting-started.md)"
+        guard = (  # the command that started the daemon (its state, its port) is not known here
+            "; to guard it too, start the daemon again with --repo "
+            f"{shlex.quote(f'{Path(here).name}={here}')} added to the command that started it "
+            "(docs/guide/getting-started.md#more-than-one-repository)"
         )
     raise _usage_error(
         f"name the repository: --repo NAME ({where} a worktree the daemon guards; "

@@ -238,14 +238,13 @@ def test_a_worktree_the_daemon_does_not_guard_is_told_how_to_guard_it(
     person: Person, tmp_path: Path
 ) -> None:
     """A person in a repository of their own the daemon does not guard: the usage error
-    names the daemon's command that guards it beside the one guarded now; nothing made."""
+    says how the daemon comes to guard it; nothing made."""
     other = init_repo(tmp_path / "other")
     result = person.cli("run", "--unconfined", "--yes", "--", "true", cwd=other)
     assert result.returncode == 2
-    guarded = person.repo.resolve()
     assert (
-        f"to guard it too, start the daemon again with one --repo each: promoter serve "
-        f"--repo app={guarded} --repo other={other.resolve()} (docs/guide/getting-started.md)"
+        f"to guard it too, start the daemon again with --repo other={other.resolve()} added "
+        "to the command that started it (docs/guide/getting-started.md#more-than-one-repository)"
     ) in " ".join(result.stderr.split())
     assert not list((person.daemon.state_dir / "runs").glob("run_*"))
 
