@@ -239,6 +239,59 @@ def test_connections_past_the_cap_leave_the_daemon_its_own_files(tmp_path: Path)
         daemon.kill()
 
 
+def test_a_flood_accepted_in_one_batch_does_not_close_the_request_behind_it(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncio accepts a whole batch before it makes any protocol, and a protocol's
+    connection is made a turn of the loop later: a flood filling the cap in one batch left
+    no connection in the gate's ``waiting``, and the request accepted next was closed at
+    accept, however silent the flood (``/readyz`` reset past the cap). At a cap of two,
+    the daemon's loop is held in its gate at its first accept (released by the test)
+    while a second connection and an honest request queue behind it, so the three are
+    one batch: the first, silent the longest, is closed to make room, and the request is
+    answered."""
+    reached, release = threading.Event(), threading.Event()
+    admit = connections.Gate.admit
+
+    def held_at_first(gate: connections.Gate) -> bool:
+        if not reached.is_set():
+            reached.set()
+            assert release.wait(PATIENCE), "the test never released the gate"
+        return admit(gate)
+
+    monkeypatch.setattr(connections.Gate, "admit", held_at_first)
+    with (
+        running_daemon(
+            tmp_path / "state", {"work": repo}, max_connections=2, request_head_seconds=600
+        ) as daemon,
+        _connect(daemon.url) as first,  # the loop held in the gate as it accepts it
+        _connect(daemon.url) as second,
+    ):
+        try:
+            assert reached.wait(PATIENCE), "the daemon never accepted the first connection"
+            honest = _connect(daemon.url)
+            second.sendall(HEAD)  # a head that never ends
+            honest.sendall(HEAD + b"\r\n")
+        finally:
+            release.set()
+        with honest:
+            answer = _answer(honest)
+            assert _closed(first) == b""  # the silent longest, closed to make room
+            assert select.select([second], [], [], 0)[0] == []  # still held
+            honest.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            scraped = _closed(honest)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["status"] == "ready"
+    assert scraped.startswith(b"HTTP/1.1 200 OK\r\n"), scraped[:200]
+    assert _closed_counts(scraped.decode()) == [
+        'promoter_connections_closed_total{reason="head"} 0.0',
+        'promoter_connections_closed_total{reason="body"} 0.0',
+        'promoter_connections_closed_total{reason="make_room"} 1.0',
+        'promoter_connections_closed_total{reason="at_accept"} 0.0',
+        'promoter_connections_closed_total{reason="drain"} 0.0',
+    ]
+
+
 def _closed_counts(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("promoter_connections_closed")]
 
