@@ -24,10 +24,11 @@ descriptors ran out and its own files (journal, blobs, ledger) could not be open
   request is not yet whole (its head or body still coming, or idle between requests,
   or accepted and its protocol not yet made: ``Seat``): the longest since its last byte
   received, or since the daemon last let it send (its accept, an answer's end, reading
-  resumed) if later. An upload that keeps sending is
-  never chosen while a silent connection is open, however old it is. While those close
-  (a few, ``slack``), or when every connection carries a request the daemon is
-  answering or has stopped reading, a new one is closed as soon as it is accepted.
+  resumed) if later. An upload that keeps sending is never chosen while a silent
+  connection is open, however old it is; nor is a client waiting for a ``100 Continue``
+  (its reading paused until the route asks for the body). While those close (a few,
+  ``slack``), or when every connection carries a request the daemon is answering or has
+  stopped reading, a new one is closed as soon as it is accepted.
 
 Every close of these is counted on ``/metrics`` by its reason (``Closes``: ``head``,
 ``body``, ``make_room``, ``at_accept``, ``drain``), a deadline's logged at info, and the
@@ -256,9 +257,9 @@ def gated(sock: socket.socket, gate: Gate) -> GatedListener:
 
 class _Flow(FlowControl):
     """uvicorn's flow control of one connection, which leaves its gate's ``waiting`` while
-    its reading is paused (a body the route has not yet taken, a pipelined request: the
-    daemon's delay, not the client's silence) and comes back at the back when it
-    resumes."""
+    its reading is paused (a body the route has not yet taken or asked for, a pipelined
+    request: the daemon's delay, not the client's silence) and comes back at the back
+    when it resumes."""
 
     def __init__(self, transport: asyncio.Transport, connection: BoundedHttpToolsProtocol):
         super().__init__(transport)
@@ -273,7 +274,7 @@ class _Flow(FlowControl):
         super().resume_reading()
         connection = self._connection
         if paused and connection.clients_turn and not connection.transport.is_closing():
-            connection.gate.waiting[connection.seat] = None
+            connection.resumed()
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -320,6 +321,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.gate.waiting[self.seat] = None
             self.gate.waiting.move_to_end(self.seat)
         self._arm(HEAD)
+
+    def resumed(self) -> None:
+        """Its reading resumed in the client's turn: the daemon lets it send from now (the
+        least silent, a body's bound timed again)."""
+        self.gate.waiting[self.seat] = None
+        if self._timing == BODY:
+            self._arm(BODY)
 
     def _daemons_turn(self) -> None:
         """The daemon's turn, or gone: not one to close to make room."""
@@ -425,6 +433,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.waiting_for_100_continue and not self.flow.read_paused:
+            # the client waits for the daemon: not read, not waiting, until the route asks
+            # for the body (uvicorn's ``receive`` sends the ``100 Continue`` and resumes)
+            self.flow.pause_reading()
         self._arm(BODY)  # disarmed at once by a request without a body
 
     def on_body(self, body: bytes) -> None:
