@@ -21,12 +21,14 @@ descriptors ran out and its own files (journal, blobs, ledger) could not be open
 - the cap: at most ``connection_cap`` connections are open, counted as they are
   accepted (``Gate``, ``GatedListener``: asyncio accepts a whole batch before any
   protocol is made). One past it closes the one silent the longest of those whose
-  request is not yet whole (its head or body still coming, or idle between requests):
-  the longest since its last byte received, or since the daemon last let it send (its
-  opening, an answer's end, reading resumed) if later. An upload that keeps sending is
-  never chosen while a silent connection is open, however old it is. While those close
-  (a few, ``slack``), or when every connection carries a request the daemon is
-  answering or has stopped reading, a new one is closed as soon as it is accepted.
+  request is not yet whole (its head or body still coming, or idle between requests,
+  or accepted and its protocol not yet made: ``Seat``): the longest since its last byte
+  received, or since the daemon last let it send (its accept, an answer's end, reading
+  resumed) if later. An upload that keeps sending is never chosen while a silent
+  connection is open, however old it is; nor is a client waiting for a ``100 Continue``
+  (its reading paused until the route asks for the body). While those close (a few,
+  ``slack``), or when every connection carries a request the daemon is answering or has
+  stopped reading, a new one is closed as soon as it is accepted.
 
 Every close of these is counted on ``/metrics`` by its reason (``Closes``: ``head``,
 ``body``, ``make_room``, ``at_accept``, ``drain``), a deadline's logged at info, and the
@@ -56,7 +58,7 @@ import socket
 import struct
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -161,42 +163,74 @@ class Closes:
         )
 
 
+class Seat:
+    """One connection's place in its gate, from its accept: its protocol is made a turn of
+    the loop later (``connection``), and that protocol's connection a turn after that.
+    Closed to make room in between, it is aborted as soon as its connection is made."""
+
+    __slots__ = ("closed", "connection")
+
+    def __init__(self) -> None:
+        # weak, as the gate's ``open``: a protocol whose transport failed to start is gone
+        self.connection: weakref.ref[BoundedHttpToolsProtocol] | None = None
+        self.closed = False
+
+    def close(self) -> None:
+        """Closed to make room: at once if its connection is made, else when it is."""
+        self.closed = True
+        connection = None if self.connection is None else self.connection()
+        if connection is not None and connection.transport is not None:
+            connection.close()
+
+
 class Gate:
     """The connections of one server, counted from their accept to their loss: at most
     ``cap`` held, and ``slack`` more while the ones closed to make room go; ``closes``
     counts those it closes.
 
-    ``waiting`` holds the connections in the client's turn whose reading is not paused,
-    the one silent the longest first: one enters at the back when its turn begins or its
-    reading resumes, moves to the back at each read of its bytes (``heard``: a lookup and
-    a move, no clock), and leaves when the daemon's turn begins or it is lost. The order
-    is that of the events themselves, so no two are tied, and those that sent nothing
-    are in the order they opened. Choosing is taking the front: O(1)."""
+    ``waiting`` holds the seats of the connections in the client's turn whose reading is
+    not paused, the one silent the longest first: a seat enters at the back at its
+    accept (a batch is accepted before any of its protocols is made: those are silent
+    too), and again when a turn of the client begins or its reading resumes; it moves to
+    the back at each read of its bytes (``heard``: a lookup and a move, no clock), and
+    leaves when the daemon's turn begins or its connection is lost. The order is that of
+    the events themselves, so no two are tied, and those that sent nothing are in the
+    order they were accepted. Choosing is taking the front: O(1)."""
 
     def __init__(self, cap: int, closes: Closes | None = None) -> None:
         self.cap = cap
         self.closes = closes or Closes(cap)
         self.slack = max(1, cap // 8)
-        self.accepted = 0  # accepted, their protocol not yet made
+        self.accepted: deque[Seat] = deque()  # accepted, their protocol not yet made
         # made, not yet lost (weak: a protocol whose transport failed to start is gone)
         self.open: weakref.WeakSet[BoundedHttpToolsProtocol] = weakref.WeakSet()
-        self.waiting: OrderedDict[BoundedHttpToolsProtocol, None] = OrderedDict()
+        self.waiting: OrderedDict[Seat, None] = OrderedDict()
 
     def heard(self, connection: BoundedHttpToolsProtocol) -> None:
         """Bytes of ``connection`` read: if it is waiting, it is now the least silent."""
-        if connection in self.waiting:
-            self.waiting.move_to_end(connection)
+        if connection.seat in self.waiting:
+            self.waiting.move_to_end(connection.seat)
 
     def admit(self) -> bool:
         """Whether a connection just accepted may stay (room made for it when needed)."""
-        held = self.accepted + len(self.open)
+        held = len(self.accepted) + len(self.open)
         if held >= self.cap:
             if held >= self.cap + self.slack or not self.waiting:
                 return False
-            next(iter(self.waiting)).close()
+            self.waiting.popitem(last=False)[0].close()
             self.closes.closed(MAKE_ROOM)
-        self.accepted += 1
+        seat = Seat()
+        self.accepted.append(seat)
+        self.waiting[seat] = None
         return True
+
+    def made(self, connection: BoundedHttpToolsProtocol) -> Seat:
+        """``connection``'s protocol made: its seat, the next accepted (asyncio makes them
+        in the order it accepted them), counted as open from now."""
+        seat = self.accepted.popleft() if self.accepted else Seat()  # else: not through a gate
+        seat.connection = weakref.ref(connection)
+        self.open.add(connection)
+        return seat
 
 
 class GatedListener(socket.socket):
@@ -223,9 +257,9 @@ def gated(sock: socket.socket, gate: Gate) -> GatedListener:
 
 class _Flow(FlowControl):
     """uvicorn's flow control of one connection, which leaves its gate's ``waiting`` while
-    its reading is paused (a body the route has not yet taken, a pipelined request: the
-    daemon's delay, not the client's silence) and comes back at the back when it
-    resumes."""
+    its reading is paused (a body the route has not yet taken or asked for, a pipelined
+    request: the daemon's delay, not the client's silence) and comes back at the back
+    when it resumes."""
 
     def __init__(self, transport: asyncio.Transport, connection: BoundedHttpToolsProtocol):
         super().__init__(transport)
@@ -233,14 +267,14 @@ class _Flow(FlowControl):
 
     def pause_reading(self) -> None:
         super().pause_reading()
-        self._connection.gate.waiting.pop(self._connection, None)
+        self._connection.gate.waiting.pop(self._connection.seat, None)
 
     def resume_reading(self) -> None:
         paused = self.read_paused
         super().resume_reading()
         connection = self._connection
         if paused and connection.clients_turn and not connection.transport.is_closing():
-            connection.gate.waiting[connection] = None
+            connection.resumed()
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -253,8 +287,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # made: counted as open from now (its connection is made a turn of the loop later)
-        self.gate.accepted = max(0, self.gate.accepted - 1)
-        self.gate.open.add(self)
+        self.seat = self.gate.made(self)
         self._deadline: asyncio.TimerHandle | None = None
         self._timing: str | None = None  # HEAD or BODY while a deadline runs
         # from the opening or an answer's end until the request is whole (the gate's
@@ -285,14 +318,21 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _clients_turn(self) -> None:
         self.clients_turn = True
         if not self.flow.read_paused:
-            self.gate.waiting[self] = None
-            self.gate.waiting.move_to_end(self)
+            self.gate.waiting[self.seat] = None
+            self.gate.waiting.move_to_end(self.seat)
         self._arm(HEAD)
+
+    def resumed(self) -> None:
+        """Its reading resumed in the client's turn: the daemon lets it send from now (the
+        least silent, a body's bound timed again)."""
+        self.gate.waiting[self.seat] = None
+        if self._timing == BODY:
+            self._arm(BODY)
 
     def _daemons_turn(self) -> None:
         """The daemon's turn, or gone: not one to close to make room."""
         self.clients_turn = False
-        self.gate.waiting.pop(self, None)
+        self.gate.waiting.pop(self.seat, None)
 
     def _expired(self, kind: str) -> None:
         self._deadline = self._timing = None
@@ -370,7 +410,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = _Flow(transport, self)  # before any request's cycle is given it
-        self._clients_turn()
+        if self.seat.closed:  # closed to make room before its connection was made
+            self.transport.abort()
+            return
+        self.clients_turn = True  # since its accept: its seat keeps its place in ``waiting``
+        if self.seat not in self.gate.waiting:  # not accepted through a gate
+            self.gate.waiting[self.seat] = None
+        self._arm(HEAD)
 
     def data_received(self, data: bytes) -> None:
         self.gate.heard(self)  # before the parser: a request it completes is the daemon's
@@ -387,6 +433,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.waiting_for_100_continue and not self.flow.read_paused:
+            # the client waits for the daemon: not read, not waiting, until the route asks
+            # for the body (uvicorn's ``receive`` sends the ``100 Continue`` and resumes)
+            self.flow.pause_reading()
         self._arm(BODY)  # disarmed at once by a request without a body
 
     def on_body(self, body: bytes) -> None:

@@ -28,6 +28,7 @@ import pytest
 from promoter import faults
 from promoter.api import connections
 from promoter.api.connections import connection_cap
+from promoter.api.routes import blobs as blobs_routes
 from promoter.store.blobs import BlobWriter
 from promoter.store.credentials import add_operator
 from tests.support.daemon import Daemon, running_daemon
@@ -239,6 +240,59 @@ def test_connections_past_the_cap_leave_the_daemon_its_own_files(tmp_path: Path)
         daemon.kill()
 
 
+def test_a_flood_accepted_in_one_batch_does_not_close_the_request_behind_it(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncio accepts a whole batch before it makes any protocol, and a protocol's
+    connection is made a turn of the loop later: a flood filling the cap in one batch left
+    no connection in the gate's ``waiting``, and the request accepted next was closed at
+    accept, however silent the flood (``/readyz`` reset past the cap). At a cap of two,
+    the daemon's loop is held in its gate at its first accept (released by the test)
+    while a second connection and an honest request queue behind it, so the three are
+    one batch: the first, silent the longest, is closed to make room, and the request is
+    answered."""
+    reached, release = threading.Event(), threading.Event()
+    admit = connections.Gate.admit
+
+    def held_at_first(gate: connections.Gate) -> bool:
+        if not reached.is_set():
+            reached.set()
+            assert release.wait(PATIENCE), "the test never released the gate"
+        return admit(gate)
+
+    monkeypatch.setattr(connections.Gate, "admit", held_at_first)
+    with (
+        running_daemon(
+            tmp_path / "state", {"work": repo}, max_connections=2, request_head_seconds=600
+        ) as daemon,
+        _connect(daemon.url) as first,  # the loop held in the gate as it accepts it
+        _connect(daemon.url) as second,
+    ):
+        try:
+            assert reached.wait(PATIENCE), "the daemon never accepted the first connection"
+            honest = _connect(daemon.url)
+            second.sendall(HEAD)  # a head that never ends
+            honest.sendall(HEAD + b"\r\n")
+        finally:
+            release.set()
+        with honest:
+            answer = _answer(honest)
+            assert _closed(first) == b""  # the silent longest, closed to make room
+            assert select.select([second], [], [], 0)[0] == []  # still held
+            honest.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            scraped = _closed(honest)
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["status"] == "ready"
+    assert scraped.startswith(b"HTTP/1.1 200 OK\r\n"), scraped[:200]
+    assert _closed_counts(scraped.decode()) == [
+        'promoter_connections_closed_total{reason="head"} 0.0',
+        'promoter_connections_closed_total{reason="body"} 0.0',
+        'promoter_connections_closed_total{reason="make_room"} 1.0',
+        'promoter_connections_closed_total{reason="at_accept"} 0.0',
+        'promoter_connections_closed_total{reason="drain"} 0.0',
+    ]
+
+
 def _closed_counts(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.startswith("promoter_connections_closed")]
 
@@ -442,6 +496,66 @@ def test_a_flood_of_new_connections_does_not_close_an_upload_that_keeps_sending(
         f'promoter_connections_closed_total{{reason="make_room"}} {float(ROUNDS)}',
         'promoter_connections_closed_total{reason="at_accept"} 0.0',
         'promoter_connections_closed_total{reason="drain"} 0.0',
+    ]
+
+
+def test_a_client_waiting_for_100_continue_is_not_closed_for_a_dripping_one(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that sent ``Expect: 100-continue`` waits for the daemon: it is the
+    daemon's turn until the route asks for the body. The gate counted it silent from its
+    head, so at a cap of two a new connection closed it, not a connection dripping its
+    head. The upload's route is held before it reads the body (``_Upload.open``,
+    released by the test): the dripping one is closed to make room, and the upload,
+    sent once ``100 Continue`` comes, is stored."""
+    reached, release = threading.Event(), threading.Event()
+    opened = blobs_routes._Upload.open
+
+    def held(upload: blobs_routes._Upload, limit: int, declared: int) -> None:
+        reached.set()
+        assert release.wait(PATIENCE), "the test never released the upload"
+        opened(upload, limit, declared)
+
+    monkeypatch.setattr(blobs_routes._Upload, "open", held)
+    blob = b"a blob sent after 100 Continue\n"
+    with running_daemon(
+        tmp_path / "state", {"work": repo}, max_connections=2, request_head_seconds=600
+    ) as daemon:
+        token = _executor_token(daemon.url, daemon.orchestrator_token)
+        with _connect(daemon.url) as upload, _connect(daemon.url) as drip:
+            try:
+                upload.sendall(
+                    f"PUT /v1/blobs/sha256/{sha(blob)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    f"Authorization: Bearer {token}\r\nExpect: 100-continue\r\n"
+                    "Content-Type: application/octet-stream\r\n"
+                    f"Content-Length: {len(blob)}\r\n\r\n".encode()
+                )
+                assert reached.wait(PATIENCE), "the upload's route never started"
+                drip.sendall(HEAD[:1])  # the dripping one: heard after the upload's head
+                with _connect(daemon.url) as new:  # one past the cap: room made
+                    readable, _, _ = select.select([upload, drip], [], [], PATIENCE)
+                    assert readable == [drip], "the upload waiting for 100 Continue closed"
+                    assert _closed(drip) == b""
+                    new.sendall(HEAD + b"\r\n")
+                    assert _answer(new).startswith(b"HTTP/1.1 200 OK\r\n")
+            finally:
+                release.set()
+            interim = b""
+            while not interim.endswith(b"\r\n\r\n"):
+                chunk = upload.recv(1)
+                assert chunk, f"the upload closed before 100 Continue: {interim!r}"
+                interim += chunk
+            assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+            upload.sendall(blob)
+            answer = _answer(upload)
+            upload.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            scraped = _closed(upload)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 201 Created\r\n"), answer
+    assert json.loads(body) == {"sha256": sha(blob), "bytes": len(blob), "created": True}
+    assert _closed_counts(scraped.decode())[2:4] == [
+        'promoter_connections_closed_total{reason="make_room"} 1.0',
+        'promoter_connections_closed_total{reason="at_accept"} 0.0',
     ]
 
 

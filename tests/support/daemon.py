@@ -125,6 +125,9 @@ def running_daemon(
             raise RuntimeError("the test daemon did not start")
         yield Daemon(f"http://127.0.0.1:{server.port}", services, state_dir, app)
     finally:
+        # as a signal stops ``promoter serve`` (its ``on_exit``): waits end at their next
+        # re-check, not at uvicorn's graceful-shutdown bound (``timeout_graceful_shutdown``)
+        services.stopping.set()
         server.should_exit = True
         thread.join(30)
         services.close()
