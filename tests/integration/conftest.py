@@ -1,6 +1,7 @@
 """Fixtures of the integration tests: a worktree root and an outside directory (the fs
 layer's tests), and a PostgreSQL cluster a module starts and stops itself (``cluster``,
-``tests.support.own_postgres``) with a fresh database in it per test (``database_url``)."""
+``tests.support.own_postgres``) with a fresh database in it per test (``database_url``),
+and the daemons a test starts as processes, killed at its end (``started``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from promoter.fs.root import Root
 from tests.support.fsutil import made
 from tests.support.own_postgres import OwnPostgres, binaries, own_postgres
+from tests.support.process import DaemonProcess
 
 
 @pytest.fixture
@@ -32,6 +34,17 @@ def outside(tmp_path: Path) -> Path:
 def root(work: Path) -> Iterator[Root]:
     with Root.open(work) as opened:
         yield opened
+
+
+@pytest.fixture
+def started() -> Iterator[list[DaemonProcess]]:
+    """The daemons a test starts (it appends them), each killed at the test's end."""
+    daemons: list[DaemonProcess] = []
+    try:
+        yield daemons
+    finally:
+        for daemon in daemons:
+            daemon.kill()
 
 
 @pytest.fixture(scope="module")

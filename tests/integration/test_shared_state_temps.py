@@ -16,7 +16,6 @@ PostgreSQL database, else the state directory's SQLite file).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,16 +27,6 @@ pytestmark = pytest.mark.slow  # daemons as processes
 
 WRITING = b"host-a's blob, half written\n"
 A = {"PROMOTER_HOST_ID": "host-a", "PROMOTER_OWNER_LEASE_SECONDS": "1"}
-
-
-@pytest.fixture
-def started() -> Iterator[list[DaemonProcess]]:
-    daemons: list[DaemonProcess] = []
-    try:
-        yield daemons
-    finally:
-        for daemon in daemons:
-            daemon.kill()
 
 
 def _other_machines_boot() -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,16 +26,6 @@ from promoter.store import state_host
 from tests.support.process import DaemonProcess
 
 pytestmark = pytest.mark.slow  # daemons as processes
-
-
-@pytest.fixture
-def started() -> Iterator[list[DaemonProcess]]:
-    daemons: list[DaemonProcess] = []
-    try:
-        yield daemons
-    finally:
-        for daemon in daemons:
-            daemon.kill()
 
 
 def _serve(state: Path, host_id: str | None, **extra: str) -> subprocess.CompletedProcess[str]:
