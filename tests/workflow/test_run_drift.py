@@ -341,6 +341,12 @@ def test_a_refused_link_offers_the_rest_which_is_promoted_without_it(
     assert set(_receipt_targets(daemon, step.operation_id)) == {"src/app.py", "src/extra.py"}
     # the sandbox stays, the link in it, for --symlinks inside later
     assert os.readlink(Path(record.clone) / "src" / "link") == "../../outside"
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    listed = Terminal([*CLI, "run", "--list", *where], repo, {})
+    assert listed.finish() == 0, listed.text()
+    assert f"{record.run_id}  work  1 step(s), last completed, without src/link  ".encode() in (
+        listed.plain
+    )
 
 
 def test_a_refused_link_with_yes_submits_nothing_and_names_the_setting(
