@@ -239,8 +239,10 @@ def test_a_conflicting_save_writes_nothing_in_the_worktree_and_names_the_marked_
     (repo / "src" / "app.py").write_bytes(CLASH)
     before = tree_bytes(repo), git_dir_digest(repo)
     term.send(b"y\r")
-    term.expect(QUESTION, at)
+    at = term.expect(QUESTION, at)
     term.send(b"y\r")
+    term.expect(b"Promote the rest, without src/app.py? [Y/n]", at)  # src/extra.py
+    term.send(b"n\r")
     assert term.finish() == 75, term.text()  # merge_conflict
     assert (tree_bytes(repo), git_dir_digest(repo)) == before  # not a byte of the worktree
     record = _record(daemon)

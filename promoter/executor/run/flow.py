@@ -8,10 +8,12 @@ worktree's files: ``state.Known``) registers the grant, lease and token in one r
 (the grant then known by its hash, not read back: ``registered_grant``), runs the
 command (confined unless ``Confinement.unconfined``), adopts or builds the bundle,
 submits it and shows the review; ``promote`` runs the preflight (with ``drift.py``'s
-offer), asks, promotes and fetches the receipt; ``promote_submitted``, ``finish`` and
-``interrupted`` continue, clean up and stop. A bundle the builder or the host refuses
-ends its step ``refused`` (``_refused``, the one place; ``status.refusal`` says which
-errors are refusals); any other error leaves it ``started``. Every move goes through
+offer), asks, promotes and fetches the receipt (after a conflicted merge, ``step`` submits
+the rest of the bundle the person agreed to, ``rest.py``, and promotes it as any bundle);
+``promote_submitted``, ``finish`` and ``interrupted`` continue, clean up and stop. A
+bundle the builder or the host refuses ends its step ``refused`` (``_refused``, the one
+place; ``status.refusal`` says which errors are refusals); any other error leaves it
+``started``. Every move goes through
 ``state.Run``; everything shown or asked goes through a ``person.Person``.
 
 A repository another host of the daemon's cluster guards is read from that host; the
@@ -37,10 +39,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import now_rfc3339
 from promoter.domain.hidden import visible
-from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
+from promoter.errors import (
+    CommandFailed,
+    Interrupted,
+    MergeConflict,
+    NotConfirmed,
+    PromoterError,
+    error_class,
+)
 from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
-from promoter.executor.run import answers, drift, links
+from promoter.executor.run import answers, drift, links, rest
 from promoter.executor.run.merged import followed
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
@@ -600,25 +609,39 @@ def step(
                     else:
                         receipt = submitted_receipt(executor, built)
                     bundle = built.bundle
-        run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
-        assert current.bundle_id is not None
-        diff = _carried_diff(carried, current.bundle_id) or orch.bundle_diff(current.bundle_id)
-        person.review(bundle, diff, receipt, hint=f"promoter bundle diff {current.bundle_id}")
-        unseen = list(diff.get("unseen") or [])
-        outcome.bundle = bundle
-        promote(
-            orch,
-            run,
-            current,
-            grant,
-            str(receipt["receipt_sha256"]),
-            person,
-            outcome,
-            unseen=unseen,
-            requested=requested,
-            promoted=carried.promotion_receipt if carried is not None else None,
-        )
-        return outcome
+        while True:  # the step's bundle, then the rest of it after a conflicted merge
+            run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
+            assert current.bundle_id is not None
+            diff = _carried_diff(carried, current.bundle_id) or orch.bundle_diff(current.bundle_id)
+            person.review(bundle, diff, receipt, hint=f"promoter bundle diff {current.bundle_id}")
+            unseen = list(diff.get("unseen") or [])
+            outcome.bundle = bundle
+            try:
+                promote(
+                    orch,
+                    run,
+                    current,
+                    grant,
+                    str(receipt["receipt_sha256"]),
+                    person,
+                    outcome,
+                    unseen=unseen,
+                    requested=requested,
+                    promoted=carried.promotion_receipt if carried is not None else None,
+                )
+            except MergeConflict as exc:
+                leave_out = rest.offer(exc, run, current, bundle, person)
+                if leave_out is None:
+                    raise
+                with (
+                    orch.with_token(str(minted["token"])) as executor,
+                    rest.build(run, current, grant, since, leave_out, person) as built,
+                ):
+                    receipt = submitted_receipt(executor, built)
+                    bundle = built.bundle
+                requested = carried = None  # never under --yes: a part is asked for
+                continue
+            return outcome
 
 
 @contextlib.contextmanager
@@ -851,7 +874,11 @@ def promote_submitted(
         outcome.bundle = bundle
         diff = orch.bundle_diff(current.bundle_id)
         person.review(bundle, diff, receipt.wire(), hint=None)
-        promote(orch, run, current, grant, receipt.receipt_sha256, person, outcome)
+        try:
+            promote(orch, run, current, grant, receipt.receipt_sha256, person, outcome)
+        except MergeConflict as exc:  # no credential here builds the rest: named, not asked
+            rest.offer(exc, run, current, bundle, person, ask=False)
+            raise
         return outcome
 
 
@@ -898,6 +925,14 @@ def interrupted(run: Run) -> Interrupted:
             f"{run.options()}",
             run_id=record.run_id,
             bundle_id=current.bundle_id,
+            sandbox=record.clone,
+        )
+    if current is not None and current.status is RunStatus.MERGE_CONFLICT:  # at the rest's
+        return Interrupted(  # question: its refused operation runs nowhere
+            f"{kept}; the merge conflicted, your files as they are; the rest of the agent's "
+            f"changes is offered again with promoter run --continue {record.run_id}"
+            f"{run.options()} -- true",
+            run_id=record.run_id,
             sandbox=record.clone,
         )
     if current is not None and current.operation_id is None and run.promoting is not None:
