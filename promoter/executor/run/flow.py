@@ -13,8 +13,8 @@ the rest of the bundle the person agreed to, ``rest.py``, and promotes it as any
 ``promote_submitted``, ``finish`` and ``interrupted`` continue, clean up and stop. A
 bundle the builder or the host refuses ends its step ``refused`` (``_refused``, the one
 place; ``status.refusal`` says which errors are refusals); any other error leaves it
-``started``. Every move goes through
-``state.Run``; everything shown or asked goes through a ``person.Person``.
+``started``. Every move goes through ``state.Run``; everything shown or asked goes
+through a ``person.Person``.
 
 A repository another host of the daemon's cluster guards is read from that host; the
 step's first write, answered 421, is followed once to the owner, and the rest of the step
