@@ -9,8 +9,9 @@ steps, and not again once unreachable); a promotion an operator accepted in part
 run's own merge records them, and a step left ``started`` with no process in its sandbox
 reads ``interrupted``; each line shows the status in words (``no changes``, ``command
 failed``: ``status.shown``, as ``--prune`` says it), with the code that ended a step
-``refused`` or ``interrupted`` when it recorded one (``refused (base_moved)``), and the
-sandbox's size on disk.
+``refused`` or ``interrupted`` when it recorded one (``refused (base_moved)``), the paths
+its bundle left out (``completed, without src/app.py``: a refused link, a conflicted
+file), and the sandbox's size on disk.
 ``prune`` removes, through the safe ``sandbox.remove``, every sandbox whose last step is
 finished (``completed`` or ``no_changes``) and untouched for ``--older-than`` (default:
 any age), and every abandoned one (any other status the host is not still working on,
@@ -31,6 +32,7 @@ from pathlib import Path
 
 from promoter.cli.common import console, escape
 from promoter.client.sync import PromoterClient
+from promoter.domain.hidden import visible
 from promoter.errors import ConfigError, PathUnsafe, PromoterError
 from promoter.executor import sandbox as sandboxes
 from promoter.executor.run.merged import followed
@@ -186,11 +188,17 @@ def list_sandboxes(state_dir: Path, url: str, token: str | None) -> None:
 
 
 def _ended(record: sandboxes.RunRecord, status: str) -> str:
-    """``status`` in words, with the code that ended the last step there when it has one:
-    ``refused (base_moved)``, ``interrupted (unauthenticated)``."""
+    """``status`` in words, with the code that ended the last step there when it has one
+    and the paths its bundle left out: ``refused (base_moved)``, ``interrupted
+    (unauthenticated)``, ``completed, without src/app.py``."""
     last = record.steps[-1] if record.steps else None
     code = last.code if last is not None and last.status == status else None
-    return shown(status) + (f" ({escape(code)})" if code else "")
+    left = ", ".join(map(visible, last.left_out)) if last is not None else ""
+    return (
+        shown(status)
+        + (f" ({escape(code)})" if code else "")
+        + (f", without {escape(left)}" if left else "")
+    )
 
 
 def _live(home: Path) -> list[int]:

@@ -385,8 +385,9 @@ def build_bundle(
     ``PathInvalid`` (path rules), ``VerificationFailed`` (allowlist, explicit
     preconditions, limits). The caller owns the result and must ``close`` it.
     ``seed=False`` ignores the worktree's index (every file is read; same bundle).
-    ``leave_out``: changed paths (as git names them) the person chose not to promote
-    (``promoter run`` offers the rest of a bundle without a refused link); they are not
+    ``leave_out``: changed paths (as git names them, or in wire form) the person chose not
+    to promote (``promoter run`` offers the rest of a bundle without a refused link or a
+    conflicted file); they are not
     in the bundle, and nothing about them is checked.
     """
     _bound_sha256(grant)
@@ -399,7 +400,11 @@ def build_bundle(
         shadow = SeededShadow(layout, base_tree=start, seed=seed, head_tree=head_tree)
         shadow.__enter__()
         try:
-            entries = [e for e in shadow.diff(start) if e.path not in leave_out]
+            entries = [
+                e
+                for e in shadow.diff(start)
+                if e.path not in leave_out and wire_path(e.path) not in leave_out
+            ]
             _refuse_unopened(shadow)
             _refuse_unsupported(layout, shadow, entries, grant)
             odd = [

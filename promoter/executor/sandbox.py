@@ -62,7 +62,7 @@ class Step:
     status: RunStatus = RunStatus.STARTED  # on disk its string (run/state.py)
     base_operation: str | None = None
     confinement: str | None = None  # "bwrap" or "unconfined": how the step's command ran
-    left_out: list[str] = field(default_factory=list)  # refused links not in its bundle
+    left_out: list[str] = field(default_factory=list)  # refused links, conflicted files
     code: str | None = None
     """The error code that ended the step ``refused`` or ``interrupted`` (``target_drift``,
     ``base_moved``, ``unauthenticated``); None otherwise, and in a record written before

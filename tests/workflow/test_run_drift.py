@@ -239,8 +239,10 @@ def test_a_conflicting_save_writes_nothing_in_the_worktree_and_names_the_marked_
     (repo / "src" / "app.py").write_bytes(CLASH)
     before = tree_bytes(repo), git_dir_digest(repo)
     term.send(b"y\r")
-    term.expect(QUESTION, at)
+    at = term.expect(QUESTION, at)
     term.send(b"y\r")
+    term.expect(b"Promote the rest, without src/app.py? [Y/n]", at)  # src/extra.py
+    term.send(b"n\r")
     assert term.finish() == 75, term.text()  # merge_conflict
     assert (tree_bytes(repo), git_dir_digest(repo)) == before  # not a byte of the worktree
     record = _record(daemon)
@@ -341,6 +343,12 @@ def test_a_refused_link_offers_the_rest_which_is_promoted_without_it(
     assert set(_receipt_targets(daemon, step.operation_id)) == {"src/app.py", "src/extra.py"}
     # the sandbox stays, the link in it, for --symlinks inside later
     assert os.readlink(Path(record.clone) / "src" / "link") == "../../outside"
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    listed = Terminal([*CLI, "run", "--list", *where], repo, {})
+    assert listed.finish() == 0, listed.text()
+    assert f"{record.run_id}  work  1 step(s), last completed, without src/link  ".encode() in (
+        listed.plain
+    )
 
 
 def test_a_refused_link_with_yes_submits_nothing_and_names_the_setting(

@@ -3,9 +3,9 @@
 ``offer`` asks, after a drifted preflight a merge can mend, whether to merge; ``merged``
 asks the host to merge a promotion refused ``target_drift`` (``promoter.engine.operation.merge``)
 and then shows a clean merge and approves it when the person answered at the terminal,
-writes a conflict into the run's directory, or shows the three sides of a file that is
-not text (protocol: runs#merges-are-new-bundles, runs#merge-in-a-run). The merge and the
-approval go out under the ``person`` credential.
+writes a conflict into the run's directory (the rest then offered: ``rest.py``), or
+shows the three sides of a file that is not text (protocol: runs#merges-are-new-bundles,
+runs#merge-in-a-run). The merge and the approval go out under the ``person`` credential.
 
 Not here: which promotion a refused step became (``promoter.executor.run.merged``),
 the merge itself and its rules, the approval gate, and the promotion protocol,

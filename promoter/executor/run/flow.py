@@ -9,11 +9,13 @@ worktree's files: ``state.Known``) registers the grant, lease and token in one r
 command (confined unless ``Confinement.unconfined``; in the sandbox's counterpart of the
 person's directory, ``where.py``), adopts or builds the bundle,
 submits it and shows the review; ``promote`` runs the preflight (with ``drift.py``'s
-offer), asks, promotes and fetches the receipt; ``promote_submitted``, ``finish`` and
-``interrupted`` continue, clean up and stop. A bundle the builder or the host refuses
-ends its step ``refused`` (``_refused``, the one place; ``status.refusal`` says which
-errors are refusals); any other error leaves it ``started``. Every move goes through
-``state.Run``; everything shown or asked goes through a ``person.Person``.
+offer), asks, promotes and fetches the receipt (after a conflicted merge, ``step`` submits
+the rest of the bundle the person agreed to, ``rest.py``, and promotes it as any bundle);
+``promote_submitted``, ``finish`` and ``interrupted`` continue, clean up and stop. A
+bundle the builder or the host refuses ends its step ``refused`` (``_refused``, the one
+place; ``status.refusal`` says which errors are refusals); any other error leaves it
+``started``. Every move goes through ``state.Run``; everything shown or asked goes
+through a ``person.Person``.
 
 A repository another host of the daemon's cluster guards is read from that host; the
 step's first write, answered 421, is followed once to the owner, and the rest of the step
@@ -38,10 +40,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import now_rfc3339
 from promoter.domain.hidden import visible
-from promoter.errors import CommandFailed, Interrupted, NotConfirmed, PromoterError, error_class
+from promoter.errors import (
+    CommandFailed,
+    Interrupted,
+    MergeConflict,
+    NotConfirmed,
+    PromoterError,
+    error_class,
+)
 from promoter.executor import confine, removal
 from promoter.executor import sandbox as sandboxes
-from promoter.executor.run import answers, drift, links, where
+from promoter.executor.run import answers, drift, links, rest, where
 from promoter.executor.run.merged import followed
 from promoter.executor.run.person import Person, escape
 from promoter.executor.run.state import PROMOTABLE, Known, Run, RunStatus
@@ -623,25 +632,39 @@ def step(
                     else:
                         receipt = submitted_receipt(executor, built)
                     bundle = built.bundle
-        run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
-        assert current.bundle_id is not None
-        diff = _carried_diff(carried, current.bundle_id) or orch.bundle_diff(current.bundle_id)
-        person.review(bundle, diff, receipt, hint=f"promoter bundle diff {current.bundle_id}")
-        unseen = list(diff.get("unseen") or [])
-        outcome.bundle = bundle
-        promote(
-            orch,
-            run,
-            current,
-            grant,
-            str(receipt["receipt_sha256"]),
-            person,
-            outcome,
-            unseen=unseen,
-            requested=requested,
-            promoted=carried.promotion_receipt if carried is not None else None,
-        )
-        return outcome
+        while True:  # the step's bundle, then the rest of it after a conflicted merge
+            run.move(current, RunStatus.SUBMITTED, bundle_id=str(bundle["bundle_id"]))
+            assert current.bundle_id is not None
+            diff = _carried_diff(carried, current.bundle_id) or orch.bundle_diff(current.bundle_id)
+            person.review(bundle, diff, receipt, hint=f"promoter bundle diff {current.bundle_id}")
+            unseen = list(diff.get("unseen") or [])
+            outcome.bundle = bundle
+            try:
+                promote(
+                    orch,
+                    run,
+                    current,
+                    grant,
+                    str(receipt["receipt_sha256"]),
+                    person,
+                    outcome,
+                    unseen=unseen,
+                    requested=requested,
+                    promoted=carried.promotion_receipt if carried is not None else None,
+                )
+            except MergeConflict as exc:
+                leave_out = rest.offer(exc, run, current, bundle, person)
+                if leave_out is None:
+                    raise
+                with (
+                    orch.with_token(str(minted["token"])) as executor,
+                    rest.build(run, current, grant, since, leave_out, person) as built,
+                ):
+                    receipt = submitted_receipt(executor, built)
+                    bundle = built.bundle
+                requested = carried = None  # never under --yes: a part is asked for
+                continue
+            return outcome
 
 
 @contextlib.contextmanager
@@ -874,7 +897,11 @@ def promote_submitted(
         outcome.bundle = bundle
         diff = orch.bundle_diff(current.bundle_id)
         person.review(bundle, diff, receipt.wire(), hint=None)
-        promote(orch, run, current, grant, receipt.receipt_sha256, person, outcome)
+        try:
+            promote(orch, run, current, grant, receipt.receipt_sha256, person, outcome)
+        except MergeConflict as exc:  # no credential here builds the rest: named, not asked
+            rest.offer(exc, run, current, bundle, person, ask=False)
+            raise
         return outcome
 
 
@@ -921,6 +948,14 @@ def interrupted(run: Run) -> Interrupted:
             f"{run.options()}",
             run_id=record.run_id,
             bundle_id=current.bundle_id,
+            sandbox=record.clone,
+        )
+    if current is not None and current.status is RunStatus.MERGE_CONFLICT:  # at the rest's
+        return Interrupted(  # question: its refused operation runs nowhere
+            f"{kept}; the merge conflicted, your files as they are; the rest of the agent's "
+            f"changes is offered again with promoter run --continue {record.run_id}"
+            f"{run.options()} -- true",
+            run_id=record.run_id,
             sandbox=record.clone,
         )
     if current is not None and current.operation_id is None and run.promoting is not None:

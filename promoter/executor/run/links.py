@@ -114,5 +114,6 @@ def build(
 
 
 def keep_sandbox(record: sandboxes.RunRecord) -> bool:
-    """Whether the last step left links out: its sandbox stays, the links in it."""
+    """Whether the last step left paths out (refused links, or files whose merge conflicted:
+    ``rest.py``): its sandbox stays, the agent's versions in it."""
     return bool(record.steps and record.steps[-1].left_out)

@@ -81,6 +81,8 @@ TRANSITIONS: dict[RunStatus | None, frozenset[RunStatus]] = {
     R.DECLINED: _HELD,
     R.INTERRUPTED: _HELD,  # --continue RUN promotes the bundle it left (if any)
     R.PREFLIGHT_REFUSED: _HELD - {R.INTERRUPTED},
+    # the merge conflicted: the rest of the bundle, without the conflicted files (rest.py)
+    R.MERGE_CONFLICT: frozenset({R.SUBMITTED}),
     **{status: OPERATION | {R.APPROVED_IN_PART} for status in _MOVING},
     # refused for drift, then merged (``promoter merge``): the merged promotion's status
     R.REFUSED: OPERATION | {R.APPROVED_IN_PART},
