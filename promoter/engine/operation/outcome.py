@@ -26,7 +26,7 @@ from pydantic import TypeAdapter
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import UNSEALED, sealed
+from promoter.domain.documents import UNSEALED, sealed, sealed_canonical
 from promoter.domain.models import (
     Change,
     GitMode,
@@ -501,11 +501,10 @@ def _sign(
     assert decision is not None and action is not None
     events = PromotionEvents(decision=decision, action=action, outcome=outcome.event_id)
     built = _TARGETS.validate_python(targets)  # one pass, as the rows are read back
-    receipt, recorded = sealed(
+    receipt, recorded, data = sealed_canonical(  # the row's bytes, the copy's, the signed ones
         _unsealed(operation_id, evidence, repository_identity, built, events)
     )
     assert receipt.receipt_sha256 is not None
-    data = canonical_bytes(recorded)  # the row's bytes, the copy's and the signed ones
     envelope = make_envelope(signer, PROMOTION, operation_id, data)
     return _Made(outcome, basis, recorded, receipt.receipt_sha256, data, envelope)
 
