@@ -230,6 +230,32 @@ def canonical_with_projection(
     return canonical_bytes(document), canonical_bytes(projection(document, identity_fields))
 
 
+def canonical_sealed(document: Mapping[str, Any], field: str) -> tuple[bytes, str]:
+    """``(canonical_bytes(sealed), digest)``, where ``digest`` is
+    ``projection_sha256(document, [field])`` and ``sealed`` the document with ``field``
+    set to it (a receipt and its ``receipt_sha256``).
+
+    On the fast path the members before ``field`` and those after it are encoded once
+    each: the projection's bytes and the sealed document's are joined from them around
+    ``field``'s member (key order is code point order for ASCII keys, as ``_scan``
+    requires). Anything else encodes the two documents separately.
+    """
+    head = {key: value for key, value in document.items() if key < field}
+    tail = {key: value for key, value in document.items() if key > field}
+    if field.isascii() and _scan(head) and _scan(tail):
+        try:
+            parts = [_encode(part).encode("utf-8")[1:-1] for part in (head, tail)]
+        except UnicodeEncodeError:
+            pass  # lone surrogates: canonical_bytes hands them to rfc8785
+        else:
+            digest = sha256_hex(b"{" + b",".join(p for p in parts if p) + b"}")
+            member = f"{_dumps(field)}:{_dumps(digest)}".encode()
+            whole = b"{" + b",".join(p for p in (parts[0], member, parts[1]) if p) + b"}"
+            return whole, digest
+    digest = projection_sha256(document, (field,))
+    return canonical_bytes({**document, field: digest}), digest
+
+
 def content_id(prefix: str, sha256: str) -> str:
     """``<prefix>_<first 32 hex of the sha256>``."""
     return f"{prefix}_{sha256[:32]}"

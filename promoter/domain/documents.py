@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from promoter.domain.canonical import (
     canonical_bytes,
+    canonical_sealed,
     canonical_with_projection,
     content_id,
     projection_sha256,
@@ -111,10 +112,16 @@ def sealed(receipt: Receipt) -> tuple[Receipt, dict[str, Any]]:
     there, usually ``UNSEALED``); the document is dumped once and its ``receipt_sha256``
     replaced in place, so its members keep the model's order.
     """
+    return sealed_canonical(receipt)[:2]
+
+
+def sealed_canonical(receipt: Receipt) -> tuple[Receipt, dict[str, Any], bytes]:
+    """``sealed``, and the sealed receipt's canonical bytes (``canonical`` of it) from the
+    encoding its hash was made of (``canonical_sealed``)."""
     document = receipt.wire()
-    digest = receipt_sha256(document)
+    data, digest = canonical_sealed(document, RECEIPT_IDENTITY[0])
     document["receipt_sha256"] = digest
-    return receipt.model_copy(update={"receipt_sha256": digest}), document
+    return receipt.model_copy(update={"receipt_sha256": digest}), document, data
 
 
 def canonical(

@@ -8,7 +8,8 @@ written at once as a plain INSERT after the session's pending changes
 same transaction does not read the chain again; events are never deleted, a rollback
 forgets the links, and a concurrent append of the same ``seq`` fails on the
 ``(operation_id, seq)`` key);
-``prepare`` works an event out without appending it and ``append_prepared`` appends it
+``prepare`` works an event out without appending it (``prepare_after``: after a link
+the caller knows, such as ``appended`` returns) and ``append_prepared`` appends it
 later, in another transaction, only while the chain still ends where it did (for a
 receipt that names its outcome event and is signed before the outcome's commit);
 ``verify_chain`` re-checks a whole chain; ``events`` and ``last_link`` read it. Each
@@ -94,6 +95,17 @@ def prepare(
         session.info.get(_LINKS, {}) if isinstance(session, Session) else {}
     )
     previous = links.get(operation_id) or last_link(session, operation_id)
+    return prepare_after(previous, operation_id, kind, payload)
+
+
+def prepare_after(
+    previous: tuple[int, str] | None,
+    operation_id: str,
+    kind: EventKind,
+    payload: Mapping[str, object],
+) -> Prepared:
+    """``prepare`` after a link the caller knows (``appended``), read nowhere: whether the
+    chain still ends there is ``append_prepared``'s check."""
     seq, prev = (0, None) if previous is None else (previous[0] + 1, previous[1])
     at = rfc3339(utcnow())
     digest = event_sha256(operation_id, seq, kind, payload, prev, at)
@@ -116,6 +128,12 @@ def append_prepared(session: Session, prepared: Prepared) -> str:
     if previous != expected:
         raise ChainMoved(prepared.operation_id)
     return _insert(session, prepared)
+
+
+def appended(session: Session, operation_id: str) -> tuple[int, str] | None:
+    """The link this transaction appended last to the operation's chain (None: none)."""
+    links: dict[str, tuple[int, str]] = session.info.get(_LINKS, {})
+    return links.get(operation_id)
 
 
 def _insert(session: Session, prepared: Prepared) -> str:

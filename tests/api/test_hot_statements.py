@@ -46,17 +46,17 @@ Changes = list[tuple[str, bytes | None, bytes | None]]
 # writes: the pragma of a durable commit, the epoch, the lease, the operation, the
 # steps cleared and added, the chain's end, two events, the plan's events on the row
 # (returning what the feed copies), the feed row, the epoch twice more; receipt: the
-# outcome made (the operation, the chain's end), its commit (the epoch, the operation
-# and the chain's end again, the event, the steps, the envelope, the row, the attempt,
+# outcome made on what the plan recorded (no read), its commit (the epoch, the operation
+# and the chain's end, checked, the event, the steps, the envelope, the row, the attempt,
 # the bundle, the feed row); answer: the view (operation, steps, events, folders,
 # attempts). PostgreSQL: no pragma; the feed's advisory lock in each of the three
 # commits with feed rows, and the epoch's shared advisory lock before each of its five reads
-STATEMENTS = {"verification": 7, "lock_wait": 7, "writes": 13, "receipt": 12, "answer": 5}
+STATEMENTS = {"verification": 7, "lock_wait": 7, "writes": 13, "receipt": 10, "answer": 5}
 STATEMENTS_POSTGRESQL = {
     "verification": 6,
     "lock_wait": 9,
     "writes": 16,
-    "receipt": 14,
+    "receipt": 12,
     "answer": 5,
 }
 

@@ -1,7 +1,8 @@
 """A bundle is encoded once: the joined encodings equal the separate ones, byte for byte.
 
 ``canonical_with_projection`` builds a document's canonical bytes and those of its
-projection from one encoding of each member; ``bundle_bytes`` gives what the audit store
+projection from one encoding of each member; ``canonical_sealed`` a receipt's bytes with
+its hash from the encoding the hash was made of; ``bundle_bytes`` gives what the audit store
 keeps for a submitted bundle, which must be ``canonical(bundle)`` of the parsed model.
 ``_plain`` is the quick pass of the canonical scan; whenever it says yes the full scan
 must too. ``load_json`` refuses a repeated key at any depth.
@@ -17,10 +18,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from promoter.domain import canonical
-from promoter.domain.canonical import canonical_bytes, canonical_with_projection, projection
-from promoter.domain.documents import BUNDLE_IDENTITY, bundle_bytes, bundle_sha256
+from promoter.domain.canonical import (
+    canonical_bytes,
+    canonical_sealed,
+    canonical_with_projection,
+    projection,
+    projection_sha256,
+)
+from promoter.domain.documents import (
+    BUNDLE_IDENTITY,
+    UNSEALED,
+    bundle_bytes,
+    bundle_sha256,
+    sealed_canonical,
+)
 from promoter.domain.documents import canonical as model_bytes
-from promoter.domain.models import PatchBundleV1
+from promoter.domain.models import CHECK_ORDER, Check, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import load_json, parse_model
 from promoter.errors import BadRequest
 from tests.support.flows import sealed_document, state
@@ -44,6 +57,54 @@ def test_joined_forms_equal_separate_encodings(document: dict[str, Any]) -> None
     whole, kept = canonical_with_projection(document, BUNDLE_IDENTITY)
     assert whole == canonical_bytes(document) == rfc8785.dumps(document)
     assert kept == canonical_bytes(projection(document, BUNDLE_IDENTITY))
+
+
+@pytest.mark.slow
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.one_of(st.sampled_from(["a", "receipt_sha256", "z"]), texts), values))
+def test_sealed_bytes_equal_the_sealed_documents_encoding(document: dict[str, Any]) -> None:
+    data, digest = canonical_sealed(document, "receipt_sha256")
+    assert digest == projection_sha256(document, ("receipt_sha256",))
+    sealed = {**document, "receipt_sha256": digest}
+    assert data == canonical_bytes(sealed) == rfc8785.dumps(sealed)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {},
+        {"receipt_sha256": "0" * 64},
+        {"a": 1},
+        {"z": [1, "é"]},
+        {"a": None, "receipt_sha256": "x", "targets": [{"p": i} for i in range(600)]},
+        {"\u00e9": 1, "a": True},  # a key past ASCII: encoded apart
+    ],
+)
+def test_a_sealed_receipts_bytes_are_its_canonical_bytes(document: dict[str, Any]) -> None:
+    data, digest = canonical_sealed(document, "receipt_sha256")
+    assert digest == projection_sha256(document, ("receipt_sha256",))
+    assert data == rfc8785.dumps({**document, "receipt_sha256": digest})
+
+
+def test_a_sealed_models_bytes_are_canonical_of_the_sealed_model() -> None:
+    receipt = PatchVerificationReceiptV1(
+        schema_="PatchVerificationReceiptV1",
+        receipt_sha256=UNSEALED,
+        bundle_id="bnd_" + "1" * 32,
+        bundle_sha256="a" * 64,
+        grant_id="grt_one",
+        grant_sha256="b" * 64,
+        executor_run_id="run_1",
+        repository_identity="repo_" + "2" * 32,
+        status="passed",
+        checks=[
+            Check(name=name, status="passed", evidence_sha256="c" * 64, detail="")
+            for name in CHECK_ORDER
+        ],
+    )
+    sealed_receipt, document, data = sealed_canonical(receipt)
+    assert data == model_bytes(sealed_receipt) == canonical_bytes(document)
+    assert sealed_receipt.receipt_sha256 == document["receipt_sha256"] != UNSEALED
 
 
 @pytest.mark.slow

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from promoter.domain.canonical import parse_rfc3339, utcnow
-from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, LeaseV1, PatchBundleV1
 from promoter.engine.intake.bundles import load_bundle, verify_bundle
 from promoter.engine.intake.grants import load_grant
@@ -111,7 +110,7 @@ def recheck_evidence(
             "the bundle no longer passes verification",
             verification_receipt=outcome.receipt.wire(),
         )
-    if canonical(outcome.receipt) != stored:
+    if outcome.receipt_bytes != stored:  # canonical(outcome.receipt)
         raise ReceiptConflict("re-verification differs from the stored passed receipt")
     if outcome.receipt.receipt_sha256 != receipt_sha256:
         raise ReceiptConflict(

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from promoter.domain.documents import canonical
 from promoter.domain.models import GrantV1, PatchBundleV1, PatchVerificationReceiptV1
 from promoter.domain.parsing import parse_model
 from promoter.engine.intake.chained import implicit_states
@@ -146,7 +145,7 @@ def check_submission(
     bundle, grant = admitted
     outcome = verify_bundle(services, data, bundle, grant, blobs)
     receipt_wire = outcome.receipt.wire()
-    receipt_bytes = canonical(outcome.receipt)
+    receipt_bytes = outcome.receipt_bytes  # canonical(outcome.receipt)
     # signed by this host, the one that made the receipt, before its transaction opens
     sealed = make_envelope(receipt_signer(services), VERIFICATION, bundle.bundle_id, receipt_bytes)
     if not outcome.passed:

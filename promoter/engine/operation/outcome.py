@@ -26,7 +26,7 @@ from pydantic import TypeAdapter
 
 from promoter import faults
 from promoter.domain.canonical import canonical_bytes, rfc3339, sha256_hex, utcnow
-from promoter.domain.documents import UNSEALED, sealed
+from promoter.domain.documents import UNSEALED, sealed, sealed_canonical
 from promoter.domain.models import (
     Change,
     GitMode,
@@ -90,6 +90,19 @@ def read_targets(root: Root, changes: list[Change]) -> tuple[list[Target], bool]
     return paths, all_new
 
 
+@dataclass(frozen=True)
+class Planned:
+    """What the plan's commit recorded and the outcome builds on: the row's ``decision`` and
+    ``action`` events, its repository, and the chain's end (the action's link). Carried to
+    the outcome so that it is not read back before the outcome's commit, which reads the
+    row and the chain's end and checks both (``_commit``)."""
+
+    decision: str
+    action: str
+    repository_identity: str
+    link: tuple[int, str]
+
+
 def finish(
     services: Placing,
     operation_id: str,
@@ -97,8 +110,10 @@ def finish(
     changes: list[Change],
     evidence: Evidence,
     failure: tuple[int, PromoterError] | None,
+    planned: Planned | None = None,
 ) -> None:
-    """Read every target back; complete with a receipt, or fail closed."""
+    """Read every target back; complete with a receipt, or fail closed. ``planned``: what
+    this attempt's plan recorded (None: the outcome reads it)."""
     paths, all_new = read_targets(root, changes)
     faults.point("after_readback")
     if failure is not None or not all_new:
@@ -114,8 +129,9 @@ def finish(
         if checked is None:
             return
         paths = checked
+        planned = None  # the check's decision event moved the chain's end
     signer = receipt_signer(services)  # published before the receipt's transaction
-    complete(services.db, services.audit, operation_id, changes, evidence, paths, signer)
+    complete(services.db, services.audit, operation_id, changes, evidence, paths, signer, planned)
 
 
 def post_check(
@@ -311,6 +327,7 @@ def complete(
     evidence: Evidence,
     paths: list[Target],
     signer: ReceiptSigner,
+    planned: Planned | None = None,
 ) -> None:
     """Complete the operation in one durable commit (protocol: storage#receipt-in-outcome-commit):
     the outcome event, the receipt built from ``paths`` (what was read from disk), its envelope
@@ -318,7 +335,10 @@ def complete(
 
     The outcome event is worked out (``ledger.prepare``), the receipt that names it built
     and signed, all before the transaction opens; the transaction appends the prepared
-    event only while the chain still ends where it did (else everything is made again).
+    event only while the chain still ends where it did and the row still names the events
+    and repository the receipt does (else everything is made again, from what is read).
+    ``planned``: what the plan's commit recorded, for the first making (no read before
+    the transaction); None, or a second making, reads the row and the chain's end.
     A row that already holds a receipt (recorded by a version that recorded it before its
     status, then interrupted) keeps it: its bytes are the ones completed and copied.
     """
@@ -335,7 +355,8 @@ def complete(
     ]
     faults.point("before_receipt")  # the one point of the commit: before it, nothing of it
     for _ in range(PREPARE_TRIES):
-        made = _made(db, operation_id, evidence, targets, signer)
+        made = _made(db, operation_id, evidence, targets, signer, planned)
+        planned = None  # made again: from what is read
         try:
             _commit(db, operation_id, evidence, made)
         except ledger.ChainMoved:
@@ -418,12 +439,16 @@ class CompletedOutcome(TypedDict):
     targets_sha256: str
 
 
+_Basis = tuple[str | None, str | None, str]  # a row's decision and action events, repository
+
+
 @dataclass(frozen=True)
 class _Made:
     """What the outcome's commit records, made before it: the prepared outcome event (None
     when the row already holds its receipt), the receipt and its bytes, the envelope."""
 
     outcome: ledger.Prepared | None
+    basis: _Basis  # the decision, action and repository it names
     receipt: dict[str, Any]  # the receipt's JSON document, as the row keeps it
     receipt_sha256: str
     data: bytes
@@ -436,34 +461,52 @@ def _made(
     evidence: Evidence,
     targets: list[TargetState],
     signer: ReceiptSigner,
+    planned: Planned | None,
 ) -> _Made:
-    """The outcome event, the receipt naming it and its signed envelope (no write)."""
+    """The outcome event, the receipt naming it and its signed envelope (no write), on
+    what the plan recorded (``planned``) or else on the row and chain's end as read."""
+    payload: CompletedOutcome = {
+        "status": "completed",
+        "targets_sha256": sha256_hex(canonical_bytes(targets)),  # in step order
+    }
+    if planned is not None:
+        outcome = ledger.prepare_after(planned.link, operation_id, "outcome", payload)
+        planned_basis: _Basis = (planned.decision, planned.action, planned.repository_identity)
+        return _sign(operation_id, evidence, targets, signer, outcome, planned_basis)
     # a read, on a plain connection (``Database.reading``): ``_commit`` decides, on its own
     with db.reading() as session:
         row = journal.read_required(session, operation_id)
-        if row.receipt is not None:
-            recorded, digest, outcome = row.receipt, row.receipt_sha256, None
-        else:
-            payload: CompletedOutcome = {
-                "status": "completed",
-                "targets_sha256": sha256_hex(canonical_bytes(targets)),  # in step order
-            }
+        basis = (row.decision_event_id, row.action_event_id, row.repository_identity)
+        if row.receipt is None:
             outcome = ledger.prepare(session, operation_id, "outcome", payload)
-            assert row.decision_event_id is not None and row.action_event_id is not None
-            events = PromotionEvents(
-                decision=row.decision_event_id,
-                action=row.action_event_id,
-                outcome=outcome.event_id,
-            )
-            built = _TARGETS.validate_python(targets)  # one pass, as the rows are read back
-            receipt, recorded = sealed(
-                _unsealed(operation_id, evidence, row.repository_identity, built, events)
-            )
-            digest = receipt.receipt_sha256
-    assert digest is not None
-    data = canonical_bytes(recorded)  # the row's bytes, the copy's and the signed ones
+    if row.receipt is None:
+        return _sign(operation_id, evidence, targets, signer, outcome, basis)
+    assert row.receipt_sha256 is not None
+    data = canonical_bytes(row.receipt)  # the row's bytes, the copy's and the signed ones
     envelope = make_envelope(signer, PROMOTION, operation_id, data)
-    return _Made(outcome, recorded, digest, data, envelope)
+    return _Made(None, basis, row.receipt, row.receipt_sha256, data, envelope)
+
+
+def _sign(
+    operation_id: str,
+    evidence: Evidence,
+    targets: list[TargetState],
+    signer: ReceiptSigner,
+    outcome: ledger.Prepared,
+    basis: _Basis,
+) -> _Made:
+    """The receipt naming ``outcome`` and the events and repository of ``basis``, sealed
+    and signed."""
+    decision, action, repository_identity = basis
+    assert decision is not None and action is not None
+    events = PromotionEvents(decision=decision, action=action, outcome=outcome.event_id)
+    built = _TARGETS.validate_python(targets)  # one pass, as the rows are read back
+    receipt, recorded, data = sealed_canonical(  # the row's bytes, the copy's, the signed ones
+        _unsealed(operation_id, evidence, repository_identity, built, events)
+    )
+    assert receipt.receipt_sha256 is not None
+    envelope = make_envelope(signer, PROMOTION, operation_id, data)
+    return _Made(outcome, basis, recorded, receipt.receipt_sha256, data, envelope)
 
 
 def _commit(db: Database, operation_id: str, evidence: Evidence, made: _Made) -> None:
@@ -475,7 +518,8 @@ def _commit(db: Database, operation_id: str, evidence: Evidence, made: _Made) ->
         row = journal.read_required(session, operation_id)
         receipt: tuple[str, dict[str, Any], str] | None = None
         if made.outcome is not None:
-            if row.receipt is not None:  # recorded meanwhile: make it all again
+            named = (row.decision_event_id, row.action_event_id, row.repository_identity)
+            if row.receipt is not None or named != made.basis:  # moved: make it all again
                 raise ledger.ChainMoved(operation_id)
             outcome = ledger.append_prepared(session, made.outcome)
             receipt = (outcome, made.receipt, made.receipt_sha256)

@@ -37,7 +37,7 @@ from promoter.engine.intake.grants import load_grant
 from promoter.engine.locking import repo_lock
 from promoter.engine.operation import dirs, fenced
 from promoter.engine.operation.driver import Driver, Step
-from promoter.engine.operation.outcome import finish
+from promoter.engine.operation.outcome import Planned, finish
 from promoter.engine.operation.preconditions import ReadBack, read_back
 from promoter.engine.operation.staging import stage_temps
 from promoter.engine.ports import Archive, Attempting, Capturing, Ledger, Pacing, Placing, Records
@@ -162,7 +162,7 @@ def run_locked(
                 continue
             if planned is None:  # refused, and journaled as such
                 return
-            attempt, creates, changes = planned
+            attempt, creates, changes, recorded = planned
             break
         faults.point("after_journal")
         apply_changes(
@@ -174,6 +174,7 @@ def run_locked(
             evidence,
             attempt=attempt,
             journaled_dirs=creates,
+            planned=recorded,
         )
 
 
@@ -184,8 +185,9 @@ def _plan(
     evidence: Evidence,
     repository: Repository,
     root: Root,
-) -> tuple[int, list[str], list[Change]] | None:
-    """Read back, check links, journal the plan: (attempt, directories, changes), or None
+) -> tuple[int, list[str], list[Change], Planned] | None:
+    """Read back, check links, journal the plan: (attempt, directories, changes, what the
+    plan recorded), or None
     when the attempt was refused (and that journaled). The database lost on the way raises
     ``database_unavailable`` or ``database_busy`` with nothing journaled."""
     refused = functools.partial(refuse, services.db, operation_id)
@@ -212,10 +214,12 @@ def _plan(
     faults.point("before_journal")
     changes = list(evidence.bundle.changes)
     with refusing(refused, passing=outage) as journaled:  # a failure rolled it back
-        attempt, creates = _journal(services.db, operation_id, fence, evidence, readback, root)
+        attempt, creates, planned = _journal(
+            services.db, operation_id, fence, evidence, readback, root
+        )
     if journaled.error is not None:  # nothing is journaled
         return None
-    return attempt, creates, changes
+    return attempt, creates, changes, planned
 
 
 def _wait_out(
@@ -255,13 +259,13 @@ def _journal(
     evidence: Evidence,
     readback: ReadBack,
     root: Root,
-) -> tuple[int, list[str]]:
+) -> tuple[int, list[str], Planned]:
     """(5) In one transaction: authority again, the steps, the directories, the events.
 
     The lease is read again here, atomically with the plan: time passed while the lock
     and the read-back were waited for. The steps carry their temp names, so nothing about
     the writes needs journaling later unless a directory went missing meanwhile. Returns
-    the attempt and the directories journaled as to be created.
+    the attempt, the directories journaled as to be created and what the outcome builds on.
     """
     changes = list(evidence.bundle.changes)
     creates = dirs.missing_dirs(root, [disk_path(c.path) for c in changes if not c.old.exists])
@@ -304,7 +308,9 @@ def _journal(
         )
         journal.write_plan_events(session, row, decision, action)
         step_rows.add_created_dirs(session, operation_id, [wire_path(d) for d in creates])
-        return row.attempt, creates
+        link = ledger.appended(session, operation_id)
+        assert link is not None  # the action's, appended above
+        return row.attempt, creates, Planned(decision, action, row.repository_identity, link)
 
 
 def plan_steps(
@@ -387,13 +393,15 @@ def apply_changes(
     planner: Planner | None = None,
     attempt: int | None = None,
     journaled_dirs: list[str] | None = None,
+    planned: Planned | None = None,
 ) -> None:
     """Write the steps in ``todo`` (default: all), then read back every target.
 
     ``planner``: what the pass does where a promotion and a recovery differ (default: a
     promotion's, ``PROMOTION``; recovery's is ``operation.recover.RECOVERY``).
     ``journaled_dirs``: the directories the caller journaled as to be created (None: they
-    are found and journaled here first).
+    are found and journaled here first). ``planned``: what the caller's plan recorded, for
+    the outcome (None: the outcome reads it).
     """
     planner = PROMOTION if planner is None else planner
     try:
@@ -446,7 +454,7 @@ def apply_changes(
         if passed.stopped and passed.failure is None:
             _leave_for_recovery(services.db, operation_id, passed.applied)
             return
-        finish(services, operation_id, root, changes, evidence, passed.failure)
+        finish(services, operation_id, root, changes, evidence, passed.failure, planned)
     except HostFenced as exc:  # the targets are in place: the new owner's recovery confirms
         exc.context["worktree"] = (
             f"replaced {len(passed.applied)} of its targets before it saw the fence; the new "

@@ -24,7 +24,7 @@ from promoter.domain.documents import (
     BundleBytes,
     bundle_bytes,
     bundle_id_for,
-    sealed,
+    sealed_canonical,
 )
 from promoter.domain.models import (
     CHECK_ORDER,
@@ -370,6 +370,7 @@ class Verification:
     receipt: PatchVerificationReceiptV1
     failure_codes: dict[str, str]
     document: BundleBytes  # the verified document's canonical bytes and its bundle_sha256
+    receipt_bytes: bytes  # ``canonical(receipt)``, from the encoding its hash was made of
 
     @property
     def passed(self) -> bool:
@@ -436,5 +437,5 @@ def verify(
         ],
     )
     codes: dict[str, str] = {name: outcome.code for name, outcome in results if not outcome.passed}
-    sealed_receipt = sealed(receipt)[0]
-    return Verification(sealed_receipt, codes, encoded)
+    sealed_receipt, _, receipt_bytes = sealed_canonical(receipt)
+    return Verification(sealed_receipt, codes, encoded, receipt_bytes)
