@@ -22,7 +22,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -205,6 +205,15 @@ class Settings(BaseSettings):
     max_connections: int = Field(default=1024, ge=1)
     # Host header names served besides loopback names and the bound address (DNS rebinding).
     allowed_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("state_dir", "signing_key_dir")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        """A relative directory (``make serve``'s ``--state-dir .promoter``) made absolute
+        against the current directory once, at load: every path derived from it (a blob's
+        file, given to a ``git diff`` run from ``/``) then names the same file wherever it is
+        used. Not resolved: a symbolic link in it stays the operator's."""
+        return None if value is None else value.absolute()
 
     @classmethod
     def settings_customise_sources(

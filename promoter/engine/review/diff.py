@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import io
+import logging
 import os
 import re
 import signal
@@ -54,6 +55,8 @@ MAX_LIMIT = 8 << 20
 SMALL_BYTES = 64 * 1024  # both sides at most this (and SMALL_LINES): difflib in memory
 SMALL_LINES = 2000
 NO_NEWLINE = "\\ No newline at end of file\n"
+log = logging.getLogger("promoter.review")
+
 GIT_DIFF = (
     "diff",
     "--no-index",
@@ -319,6 +322,16 @@ class _GitDiff:
             raise GitError(f"git diff ended with status {returncode}", returncode=returncode)
 
 
+def _differs(old: _Side, new: _Side) -> bool:
+    """Whether a diff of the two sides must show a line: their contents differ (a created
+    or deleted side is one that holds a byte). ``git diff --no-index`` exits 1 both for
+    "differs" and for a side it could not read, printing no hunk for the latter."""
+    if old.state.exists and new.state.exists:
+        return old.state.sha256 != new.state.sha256
+    present = new.state if new.state.exists else old.state
+    return bool(present.exists and present.bytes)
+
+
 def _render(line: str) -> str:
     """One hunk line with nothing hidden (and no function context on ``@@`` lines)."""
     if line.startswith("@@"):
@@ -518,6 +531,10 @@ def _file(
         if (git is not None and git.timed_out) or (batch and batch.done[k] == "stopped"):
             spent = settings.review_diff_timeout
             why = f"Diff stopped: this request's {spent:g} s for diffs are spent"
+            out.add(_summary(change, old, new, why))
+        elif not started and _differs(old, new):  # never an empty diff shown as the whole file
+            why = "Not diffed: the diff came back empty, yet the two sides differ"
+            log.error("review diff of %s came back empty for differing sides", visible(change.path))
             out.add(_summary(change, old, new, why))
     summarized = bool(why)
     rename = came[0] if came is not None else None
