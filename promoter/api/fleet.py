@@ -3,9 +3,10 @@
 One interpreter runs Python on one core at a time, so a daemon that should use every
 core runs several processes. The parent (``serve``) binds the socket, migrates the
 database, creates the trusted tokens and publishes the signing keyring once, closes its
-database and only then starts the workers: each is a fresh interpreter
-(``python -m promoter.api.fleet``) that inherits the listening socket and a readiness
-pipe, builds its own services without migrating, and serves with uvicorn on that socket
+database and only then starts the workers: each is a fresh interpreter (``python -P -m
+promoter.api.fleet``, the parent's package first on its path, never the directory serve
+was started from) that inherits the listening socket and a readiness pipe, builds its
+own services without migrating, and serves with uvicorn on that socket
 (the kernel hands each connection to one of them). The parent announces
 ``promoter: ready on URL`` once every worker wrote its byte on the pipe.
 
@@ -64,6 +65,8 @@ from types import FrameType
 from typing import Any
 
 from prometheus_client.multiprocess import mark_process_dead
+
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # where this ``promoter`` is
 
 log = logging.getLogger("promoter.serve")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -140,8 +143,11 @@ class Fleet:
         env = dict(os.environ)
         if self.metrics_dir is not None:  # read by prometheus_client at its first import
             env[MULTIPROC_ENV] = str(self.metrics_dir)
+        # the parent's own package, never one in the directory serve was started from: ``-m``
+        # puts that directory first on the path (a ``promoter/`` there ran as the daemon)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (_PACKAGE_ROOT, env.get("PYTHONPATH"))))
         child = subprocess.Popen(
-            [sys.executable, "-m", "promoter.api.fleet", args.encode()],
+            [sys.executable, "-P", "-m", "promoter.api.fleet", args.encode()],
             pass_fds=(self.sock.fileno(), ready_fd),
             stdin=subprocess.DEVNULL,
             env=env,

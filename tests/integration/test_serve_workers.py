@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -274,3 +276,36 @@ def test_a_worker_holding_a_repositorys_lock_keeps_the_other_worker_out(tmp_path
         assert sorted(p.name for p in repo.iterdir() if p.name != ".git") == ["README", "p0.txt"]
     finally:
         assert daemon.stop() == 0
+
+
+def test_a_promoter_folder_where_serve_starts_never_runs_as_a_worker(tmp_path: Path) -> None:
+    """``promoter serve`` typed in a directory holding a ``promoter/`` package (a checkout's
+    parent, a worktree an agent's change was promoted into): each worker was started with
+    ``python -m``, which puts that directory first on its path, so the folder's code ran as
+    the daemon. The workers now run the parent's own package."""
+    ran = tmp_path / "hostile-ran"
+    hostile = tmp_path / "here"
+    (hostile / "promoter").mkdir(parents=True)
+    (hostile / "promoter" / "__init__.py").write_text(
+        f"open({str(ran)!r}, 'w').write('the folder ran as the daemon')\n"
+    )
+    repo = init_repo(tmp_path / "repo", {"README": b"hi\n"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    env |= {"PROMOTER_REHEARSE_AT_START": "false", "HOME": str(tmp_path / "home")}
+    argv = [str(Path(sys.executable).parent / "promoter"), "serve", "--workers", "2"]
+    argv += ["--state-dir", str(tmp_path / "state"), "--port", "0", "--repo", f"r={repo}"]
+    daemon = subprocess.Popen(argv, cwd=hostile, env=env, stderr=subprocess.PIPE)
+    try:
+        assert daemon.stderr is not None
+        said = []
+        for raw in daemon.stderr:  # ends when the daemon does: never a wait on a clock
+            said.append(raw.decode(errors="replace").rstrip())
+            if said[-1].startswith("promoter: ready on "):
+                break
+        assert said[-1].startswith("promoter: ready on "), "\n".join(said[-8:])
+        url = said[-1].removeprefix("promoter: ready on ")
+        assert httpx.get(f"{url}/healthz", timeout=30).status_code == 200
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+    assert not ran.exists()
