@@ -6,11 +6,12 @@ its attempt starts until it is ``completed``, through the real server. What the 
 decides on comes with it (the ticket, read in the request's transaction); it journals the
 plan (the steps with their temp names, the directories, the events), and records the
 outcome. The writes need no transaction of their own: the plan named every temp, and the
-directories were journaled with it. The outcome takes two transactions: a read of the
-row and of the event chain's last link (the outcome event and the receipt that names it
-are made and signed outside any write transaction), then one commit of the event, the
-receipt, its envelope and ``completed`` (protocol: storage#receipt-in-outcome-commit); the receipt's
-audit file is a copy written after it. The count is pinned here so that a change that adds a crossing says so.
+directories were journaled with it. The outcome takes one transaction: the outcome event
+and the receipt that names it are made and signed outside any write transaction on what
+the plan's commit recorded (the row's events and the chain's end), then one commit, which
+reads both again as its check, of the event, the receipt, its envelope and ``completed``
+(protocol: storage#receipt-in-outcome-commit); the receipt's audit file is a copy written
+after it. The count is pinned here so that a change that adds a crossing says so.
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ def test_a_promotion_attempt_crosses_into_the_store_a_bounded_number_of_times(
         # (promoter.engine.fencing): a fenced host writes nothing
         "fencing.py:check (read)",
         "fencing.py:check (read)",
-        # the outcome (protocol: storage#receipt-in-outcome-commit): a read of the row and the
-        # chain's last link, with which the outcome event and the receipt naming it are made and signed, then
-        # one commit of the event, the receipt, its envelope and ``completed``
-        "outcome.py:_made (read)",
+        # the outcome (protocol: storage#receipt-in-outcome-commit): its event and the receipt
+        # naming it made and signed on what the plan's commit recorded (the row and the
+        # chain's end, read again by the commit as its check), then one commit of the
+        # event, the receipt, its envelope and ``completed``
         "outcome.py:_commit",
     ]
