@@ -16,9 +16,11 @@ prints with this module without loading it.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from promoter.cli.common import (
@@ -293,10 +295,26 @@ def print_diff(
     # without rich when rich would print the same bytes
     terminal = rich_would_colour(sys.stdout) and console.is_terminal
     if pager and terminal and body.plain.count("\n") > console.height:
-        with console.pager(styles=True):
+        with _less_shows_colour(), console.pager(styles=True):
             console.print(body, end="", soft_wrap=True, highlight=False)
     else:
         console.print(body, end="", soft_wrap=True, highlight=False)
+
+
+@contextlib.contextmanager
+def _less_shows_colour() -> Iterator[None]:
+    """``LESS=FRX`` for the pager (``less`` unless ``PAGER`` names another) when the person
+    set no ``LESS``, as git does: ``R`` shows the colours (without it ``less`` printed each
+    as ``ESC[32m`` text), ``X`` leaves the last screen above the question that follows, ``F``
+    ends at once on a screen's worth. A ``LESS`` of the person's own is theirs."""
+    if "LESS" in os.environ:
+        yield
+        return
+    os.environ["LESS"] = "FRX"
+    try:
+        yield
+    finally:
+        os.environ.pop("LESS", None)
 
 
 def whole_diff(pages: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

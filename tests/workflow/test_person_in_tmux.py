@@ -216,3 +216,23 @@ def test_ctrl_c_while_the_agent_runs_names_the_sandbox_and_the_next_command(
     assert "error [interrupted]" in screen
     assert "promoter run --continue run_" in screen
     assert tree_bytes(person.repo) == before  # nothing of the person's changed
+
+
+def test_a_long_diff_is_paged_in_colour_never_as_escape_codes(person: Person) -> None:
+    """A person with no ``PAGER`` or ``LESS`` of their own: a diff longer than the screen
+    goes through ``less``, which showed every colour as ``ESC[32m`` text around each line;
+    the pager now shows the colours (``LESS=FRX`` as git sets it), and once it is quit the
+    question follows, the diff's last screen left above it."""
+    agent = "seq 1 200 > src/long.txt"
+    person.screen.type(
+        f"unset PAGER LESS; promoter run -- sh -c {shlex.quote(agent)}; printf '%s=%s\\n' exit $?"
+    )
+    screen = person.screen.wait_for("@@ -0,0 +1,200 @@")
+    assert "ESC[" not in screen, screen
+    assert "+1\n" in screen and "+2\n" in screen
+    person.screen.key("q")
+    screen = person.screen.wait_for("Promote these changes into the worktree? [y/N]")
+    assert "ESC[" not in screen, screen
+    person.screen.type("n")
+    screen = person.screen.wait_for("exit=")
+    assert not (person.repo / "src" / "long.txt").exists()
