@@ -16,13 +16,22 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
+import unicodedata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -43,6 +52,18 @@ ADMISSION_CREDENTIAL_LIMITS: dict[AdmissionRole, int] = {
     "orchestrator": 32,
     "operator": 8,
 }
+
+
+def _host_id(value: str) -> str:
+    """A host id: no space around it (it is recorded in the state directory and read back
+    without it, ``promoter.store.state_host``: it would no longer name its own record),
+    no control character in it."""
+    if value != value.strip() or any(unicodedata.category(c) == "Cc" for c in value):
+        raise ValueError(f"a host id has no space around it and no control character: {value!r}")
+    return value
+
+
+HostId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_host_id)]
 
 
 class RepositoryConfig(BaseModel):
@@ -141,10 +162,10 @@ class Settings(BaseSettings):
     blob_retention_seconds: int = Field(default=7 * 24 * 3600, ge=0)
     log_level: str = "info"
     # This daemon's host in a ledger shared by many hosts (default: from the machine id).
-    host_id: str | None = Field(default=None, min_length=1, max_length=200)
+    host_id: HostId | None = None
     # The host whose state directory this daemon shares as its replacement (it takes that
     # host's work over once it is fenced); a state directory is otherwise one host's.
-    replaces_host: str | None = Field(default=None, min_length=1, max_length=200)
+    replaces_host: HostId | None = None
     # The base URL clients and the other hosts reach this daemon at, published in the
     # ledger (421 answers name it); default: the address it listens on.
     public_url: str | None = Field(default=None, pattern=r"^https?://[^\s/?#]+/?$")

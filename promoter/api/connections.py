@@ -21,8 +21,9 @@ descriptors ran out and its own files (journal, blobs, ledger) could not be open
 - the cap: at most ``connection_cap`` connections are open, counted as they are
   accepted (``Gate``, ``GatedListener``: asyncio accepts a whole batch before any
   protocol is made). One past it closes the one silent the longest of those whose
-  request is not yet whole (its head or body still coming, or idle between requests,
-  or accepted and its protocol not yet made: ``Seat``): the longest since its last byte
+  request is not yet whole (its head or body still coming, a pipelined request's too
+  once the answer before it ended, or idle between requests, or accepted and its
+  protocol not yet made: ``Seat``): the longest since its last byte
   received, or since the daemon last let it send (its accept, an answer's end, reading
   resumed) if later. An upload that keeps sending is never chosen while a silent
   connection is open, however old it is; nor is a client waiting for a ``100 Continue``
@@ -322,6 +323,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self.gate.waiting.move_to_end(self.seat)
         self._arm(HEAD)
 
+    def _bodys_turn(self) -> None:
+        """The answer before a pipelined request ended with that request's body still
+        coming, and its reading resumed: the client's turn, like any body still coming
+        (a candidate to close to make room, the least silent), its bound timed from now;
+        or, its client waiting for a ``100 Continue``, paused again until the route asks
+        for the body (``on_headers_complete``)."""
+        self.clients_turn = True
+        if self.cycle.waiting_for_100_continue:
+            self.flow.pause_reading()
+        elif not self.flow.read_paused:
+            self.gate.waiting[self.seat] = None
+            self.gate.waiting.move_to_end(self.seat)
+        self._arm(BODY)
+
     def resumed(self) -> None:
         """Its reading resumed in the client's turn: the daemon lets it send from now (the
         least silent, a body's bound timed again)."""
@@ -454,8 +469,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)
         super().on_response_complete()
-        if not pipelined and not self.transport.is_closing():
+        if self.transport.is_closing():
+            pass
+        elif not pipelined:
             self._clients_turn()
+        elif self.cycle is not None and self.cycle.more_body:
+            self._bodys_turn()  # reading resumed in a pipelined request's body
         if self.transport.get_write_buffer_size():  # its end still unsent, closing or not
             self._time_drain()  # from now: an answer added since the last pause is not silence
 

@@ -5,7 +5,9 @@ character of a text (and a carriage return not ending a line) as ``<U+XXXX>``, a
 that is not UTF-8 (decoded with ``surrogateescape``) as ``\\xNN``, so a line or a name
 reads as what it is (protocol: api#what-a-review-shows). Every surface that shows a
 path or a line of a bundle to a person uses it: the review's diff, the console's pages,
-the command line's tables.
+the command line's tables. ``one_line`` also shows a line feed, tab and carriage return,
+for a name printed inside a line of promoter's own (a directory of the person's worktree
+may hold any of them): it never breaks that line or prints one that looks like promoter's.
 
 Pure: the standard library's ``re`` only, so the person's command line can load it
 without the daemon's side. Not here: flags and scans of a whole file
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["BIDI", "CONTROL", "INVISIBLE", "visible"]
+__all__ = ["BIDI", "CONTROL", "INVISIBLE", "one_line", "visible"]
 
 # Bidirectional controls (Trojan Source, CVE-2021-42574): embeddings, overrides,
 # isolates, marks.
@@ -46,3 +48,12 @@ def _escape(match: re.Match[str]) -> str:
 def visible(text: str) -> str:
     """``text`` (decoded with ``surrogateescape``) with every hidden character shown."""
     return _HIDDEN.sub(_escape, text)
+
+
+_BREAKS = str.maketrans({"\n": "<U+000A>", "\t": "<U+0009>", "\r": "<U+000D>"})
+
+
+def one_line(text: str) -> str:
+    """``visible(text)`` with a line feed, tab and carriage return shown as ``<U+XXXX>``
+    too: a name inside a line of promoter's own never starts a line of its own."""
+    return visible(text).translate(_BREAKS)

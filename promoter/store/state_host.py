@@ -43,7 +43,9 @@ def recorded(state_dir: Path) -> str | None:
 
     The file is opened without following a symlink and without blocking (a FIFO), and
     read only if it is a regular file, at most ``LIMIT`` bytes; anything else standing at
-    the name refuses the start (``config_error``) and is left as it is.
+    the name refuses the start (``config_error``) and is left as it is. It is read without
+    the space around it (a hand-edited file's), which a host id never holds
+    (``promoter.config``).
     """
     return _read_id(state_dir / FILE)
 

@@ -10,7 +10,9 @@ under the names older versions used (protocol: recovery#own-names-outside-worktr
 writer of another boot is provably gone only when no other host may write in the
 directory (``shared_with`` None, ``promoter.engine.state_sharing``): on a shared disk it
 may be a live host's on another machine, so such temps are then kept and counted in one
-line.
+line. In a shared directory, a temp of this boot is removed only when its writer is gone
+from the whole machine (``_Machine``: a host of this machine in a container of its own
+names its writers by the ids of its own pid namespace).
 
 Not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``), and
 anything in a person's worktree (protocol: recovery#journaled-names-only).
@@ -23,6 +25,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 from pathlib import Path
 
 from promoter.errors import PathUnsafe
@@ -130,6 +133,77 @@ def _writer_state(name: str, pattern: re.Pattern[str] = _OWN) -> str:
 
 
 ALIVE, GONE, ELSEWHERE, OTHER = "alive", "gone", "elsewhere", "other"
+_INIT_PID_NAMESPACE = 0xEFFFFFFC  # the kernel's initial pid namespace (PROC_PID_INIT_INO)
+
+
+class _Machine:
+    """The start times of every process of this machine, read once by a shared
+    directory's sweep. A temp of this boot names its writer's process id in the writer's
+    pid namespace: another host of this machine in a namespace of its own (a container)
+    names ids that here are other processes, or none. Its writer is provably gone only
+    when no process of the machine started at the tick its name records, and that tick is
+    older than the read (``now``: the start of a thread made for it, on the same clock; a
+    writer started after the read is not in it); only a process in the initial pid
+    namespace sees every process (``seen`` None elsewhere)."""
+
+    def __init__(self) -> None:
+        self.seen: frozenset[str] | None = None
+        self.now = 0
+        ticks: list[str] = []
+
+        def read_now() -> None:
+            with contextlib.suppress(OSError):
+                ticks.append(_start_at("thread-self"))
+
+        reader = threading.Thread(target=read_now, name="promoter-tick")
+        reader.start()
+        reader.join()
+        if not ticks or not ticks[0].isdigit():
+            return
+        self.now = int(ticks[0])
+        try:
+            if os.stat("/proc/self/ns/pid").st_ino != _INIT_PID_NAMESPACE:
+                return
+            names = os.listdir("/proc")
+        except OSError:
+            return
+        starts: set[str] = set()
+        for name in names:
+            if not name.isdigit():
+                continue
+            try:
+                start = _start_at(name)
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # ended meanwhile
+            except OSError:
+                return  # a process this one cannot read: nothing is proven
+            if not start.isdigit():
+                return
+            starts.add(start)
+        self.seen = frozenset(starts)
+
+    def gone(self, name: str) -> bool:
+        """Whether the writer that named temp ``name`` (of this boot) ran nowhere now."""
+        start = _named_start(name)
+        if self.seen is None or start is None or start == _UNKNOWN_START:
+            return False
+        return start not in self.seen and int(start) < self.now
+
+
+def _start_at(entry: str) -> str:
+    """The start time field of ``/proc/<entry>/stat`` ("" when it has none); OSError as
+    reading raises it."""
+    fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _named_start(name: str) -> str | None:
+    """The writer's start time a temp's name records, or None for a name without one."""
+    for pattern in (_OWN, _OWN_MERGE, _OWN_REVIEW):
+        match = pattern.fullmatch(name)
+        if match is not None:
+            return match.group(3)
+    return None
 
 
 def _leftover(place: str, name: str) -> str:
@@ -204,6 +278,7 @@ def sweep(state_dir: Path, *, shared_with: str | None) -> list[Path]:
     """
     removed: list[Path] = []
     kept: list[Path] = []
+    machine = _Machine() if shared_with else None  # read before any directory is listed
     for place, directory in _directories(state_dir):
         try:
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -213,7 +288,7 @@ def sweep(state_dir: Path, *, shared_with: str | None) -> list[Path]:
             log.warning("cannot sweep %s for leftover temps: %s", directory, exc)
             continue
         try:
-            gone = _sweep_one(place, directory, dir_fd, kept if shared_with else None)
+            gone = _sweep_one(place, directory, dir_fd, kept, machine)
             if gone:
                 flush.fsync(dir_fd)
             removed += gone
@@ -221,8 +296,8 @@ def sweep(state_dir: Path, *, shared_with: str | None) -> list[Path]:
             os.close(dir_fd)
     if kept:
         log.warning(
-            "kept %d temp%s whose writer may be alive on another machine: %s may write in "
-            "%s (a start after its fence removes them): %s",
+            "kept %d temp%s whose writer may be alive on another machine or in another pid "
+            "namespace: %s may write in %s (a start after its fence removes them): %s",
             len(kept),
             "" if len(kept) == 1 else "s",
             shared_with,
@@ -239,16 +314,19 @@ def _more(count: int) -> str:
     return f" and {count - _NAMED} more" if count > _NAMED else ""
 
 
-def _sweep_one(place: str, directory: Path, dir_fd: int, kept: list[Path] | None) -> list[Path]:
-    """The leftovers of ``directory`` removed; with ``kept`` (a shared directory), those
-    whose writer this machine cannot look up are added to it instead."""
+def _sweep_one(
+    place: str, directory: Path, dir_fd: int, kept: list[Path], machine: _Machine | None
+) -> list[Path]:
+    """The leftovers of ``directory`` removed; with ``machine`` (a shared directory), those
+    whose writer cannot be proven gone from the whole machine are added to ``kept``
+    instead."""
     gone: list[Path] = []
     for name in sorted(os.listdir(dir_fd)):
         state = _leftover(place, name)
         if state == OTHER:
             continue
-        if state == ELSEWHERE and kept is not None:
-            kept.append(directory / name)
+        if machine is not None and (state == ELSEWHERE or not machine.gone(name)):
+            kept.append(directory / name)  # another machine's, or another pid namespace's
             continue
         with contextlib.suppress(FileNotFoundError):
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

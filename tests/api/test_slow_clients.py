@@ -559,6 +559,100 @@ def test_a_client_waiting_for_100_continue_is_not_closed_for_a_dripping_one(
     ]
 
 
+def test_a_pipelined_upload_whose_body_drips_is_closed_to_make_room(
+    tmp_path: Path, repo: Path
+) -> None:
+    """An executor sends a quick request and, behind it on the same connection, a blob
+    upload whose body then comes a byte at a time: its reading resumed when the first
+    answer ended, but the gate counted it the daemon's turn, so it was never a candidate
+    to close to make room. Two such connections filled a cap of two and the operator's
+    ``/readyz`` was closed at accept. Its body still coming, it is the client's turn: the
+    one silent the longest is closed to make room and ``/readyz`` is answered."""
+    blob = b"a blob whose body never ends\n"
+    with running_daemon(
+        tmp_path / "state",
+        {"work": repo},
+        max_connections=2,
+        request_head_seconds=600,
+        request_body_silence_seconds=600,
+    ) as daemon:
+        token = _executor_token(daemon.url, daemon.orchestrator_token)
+        upload = (
+            f"PUT /v1/blobs/sha256/{sha(blob)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\n"
+            f"Content-Length: {len(blob)}\r\n\r\n"
+        ).encode()
+        with _connect(daemon.url) as first, _connect(daemon.url) as second:
+            for sock in (first, second):
+                sock.sendall(HEAD + b"\r\n" + upload + blob[:1])  # pipelined behind /readyz
+                assert _answer(sock).startswith(b"HTTP/1.1 200 OK\r\n")
+            second.sendall(blob[1:2])  # the second's body heard last: the first is silent longest
+            with _connect(daemon.url) as honest:
+                honest.sendall(HEAD + b"\r\n")
+                answer = _answer(honest)  # closed at accept: no connection was a candidate
+                readable, _, _ = select.select([first, second], [], [], PATIENCE)
+                assert readable == [first], "no pipelined upload was closed to make room"
+                assert _closed(first) == b""
+            assert select.select([second], [], [], 0)[0] == []  # still held
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+
+
+def test_a_pipelined_upload_waiting_for_100_continue_is_not_closed_to_make_room(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same upload sent with ``Expect: 100-continue`` behind a quick request waits
+    for the daemon once the first answer ends, until its route asks for the body (held
+    here before it does): not a candidate, so at a cap of two a connection dripping its
+    head is closed to make room, and the upload, sent after its ``100 Continue``, is
+    stored."""
+    reached, release = threading.Event(), threading.Event()
+    opened = blobs_routes._Upload.open
+
+    def held(upload: blobs_routes._Upload, limit: int, declared: int) -> None:
+        reached.set()
+        assert release.wait(PATIENCE), "the test never released the upload"
+        opened(upload, limit, declared)
+
+    monkeypatch.setattr(blobs_routes._Upload, "open", held)
+    blob = b"a pipelined blob sent after 100 Continue\n"
+    with running_daemon(
+        tmp_path / "state", {"work": repo}, max_connections=2, request_head_seconds=600
+    ) as daemon:
+        token = _executor_token(daemon.url, daemon.orchestrator_token)
+        with _connect(daemon.url) as upload, _connect(daemon.url) as drip:
+            try:
+                upload.sendall(
+                    HEAD
+                    + b"\r\n"
+                    + f"PUT /v1/blobs/sha256/{sha(blob)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    f"Authorization: Bearer {token}\r\nExpect: 100-continue\r\n"
+                    "Content-Type: application/octet-stream\r\n"
+                    f"Content-Length: {len(blob)}\r\n\r\n".encode()
+                )
+                assert _answer(upload).startswith(b"HTTP/1.1 200 OK\r\n")
+                assert reached.wait(PATIENCE), "the upload's route never started"
+                drip.sendall(HEAD[:1])  # the dripping one: heard after the upload's head
+                with _connect(daemon.url) as new:  # one past the cap: room made
+                    readable, _, _ = select.select([upload, drip], [], [], PATIENCE)
+                    assert readable == [drip], "the upload waiting for 100 Continue closed"
+                    assert _closed(drip) == b""
+                    new.sendall(HEAD + b"\r\n")
+                    assert _answer(new).startswith(b"HTTP/1.1 200 OK\r\n")
+            finally:
+                release.set()
+            interim = b""
+            while not interim.endswith(b"\r\n\r\n"):
+                chunk = upload.recv(1)
+                assert chunk, f"the upload closed before 100 Continue: {interim!r}"
+                interim += chunk
+            assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+            upload.sendall(blob)
+            answer = _answer(upload)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 201 Created\r\n"), answer
+    assert json.loads(body) == {"sha256": sha(blob), "bytes": len(blob), "created": True}
+
+
 WAITERS_CAP = 4  # the connections of the daemon held by one credential's long-polls
 WAITS_PER_CREDENTIAL = 2
 

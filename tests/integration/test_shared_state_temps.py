@@ -92,7 +92,10 @@ def test_a_replacements_start_keeps_a_live_replaced_hosts_temps_until_it_is_fenc
         name: name.encode() for name in state_temps.MERGE_INPUTS
     }
     (line,) = _kept_lines(b)
-    assert "kept 2 temps whose writer may be alive on another machine: host host-a " in line
+    assert (
+        "kept 2 temps whose writer may be alive on another machine or in another pid namespace: host host-a "
+        in line
+    )
     assert "(active, not fenced)" in line
     assert str(temp) in line and str(scratch) in line
     assert not [entry for entry in b.log if "removed leftover" in entry]
@@ -123,4 +126,7 @@ def test_the_replaced_host_restarted_keeps_its_active_replacements_temps(
     started.append(a)
     assert temp.read_bytes() == WRITING
     (line,) = _kept_lines(a)
-    assert "kept 2 temps whose writer may be alive on another machine: host host-b " in line
+    assert (
+        "kept 2 temps whose writer may be alive on another machine or in another pid namespace: host host-b "
+        in line
+    )

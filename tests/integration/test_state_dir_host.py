@@ -227,3 +227,28 @@ def test_a_planted_replacement_record_leaves_the_directorys_writers_unknown(
     with pytest.raises(ConfigError, match="is not a replacement's record of promoter's"):
         state_host.writers(state)
     assert planted.read_text() == "host-c\n"
+
+
+def test_a_host_id_with_space_around_it_is_refused_before_it_records_itself(
+    tmp_path: Path, started: list[DaemonProcess]
+) -> None:
+    """A host id is read back from its record without the space around it: a replacement
+    started as ``"host-b "`` recorded itself under a file its id then no longer named, so
+    every later start found the directory's writers unknown and kept every temp, fenced
+    or not (and a recorded host with such an id was refused its own restart). A host id
+    or ``replaces_host`` with space around it, or a control character in it, refuses the
+    start (``config_error``) before it makes or records anything."""
+    state = tmp_path / "state"
+    a = DaemonProcess(state, {}, extra_env={"PROMOTER_HOST_ID": "host-a"})
+    started.append(a)
+    before = _names(state)
+    for odd in ("host-b ", " host-b", "host-b\n", "host-\x1b[2Kb"):
+        refused = _serve(state, odd, PROMOTER_REPLACES_HOST="host-a")
+        assert refused.returncode == 78, refused.stderr
+        assert refused.stderr.startswith("error [config_error] invalid settings: "), refused
+        assert "host_id" in refused.stderr
+    refused = _serve(state, "host-b", PROMOTER_REPLACES_HOST="host-a ")
+    assert refused.returncode == 78, refused.stderr
+    assert "replaces_host" in refused.stderr
+    assert _names(state) == before
+    assert state_host.writers(state) == {"host-a"}

@@ -29,6 +29,22 @@ def _dead_writer_name() -> str:
     return out.stdout.decode().strip()
 
 
+def _gone_from_the_machine(name: str) -> str:
+    """``name`` with a start time no process of the machine has (one before this one's,
+    so none can have it later): a writer a shared directory's sweep proves gone, whatever
+    else started in the same tick as the one that named it."""
+    starts = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            starts.add(state_temps._start_at(entry))
+        except OSError:  # ended meanwhile
+            continue
+    mine = int(state_temps._start_at("self"))
+    free = next(str(tick) for tick in range(mine - 1, 0, -1) if str(tick) not in starts)
+    boot, pid, _, rest = name.removeprefix(PREFIX).split("-")
+    return f"{PREFIX}{boot}-{pid}-{free}-{rest}"
+
+
 def _touch(path: Path, data: bytes = b"x") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
@@ -85,19 +101,21 @@ def test_a_shared_directory_keeps_every_temp_not_provably_gone_on_this_machine(
 ) -> None:
     """Another host may write in the directory: a temp of another boot, and an older
     version's name that names no boot, may be its live writer's; only a temp of this boot
-    whose writer ended is removed, and one line counts and names the kept."""
+    whose writer ended (no process of the machine started when it did) is removed, and
+    one line counts and names the kept."""
     state = tmp_path / "state"
     boot = "eeeeeeee" if state_temps._BOOT == "ffffffff" else "ffffffff"
     other_boot = _touch(state / "audit/tmp" / f"{PREFIX}{boot}-4242-991-{'0' * 16}", b"a's")
     legacy = _touch(state / "credentials/.tmp-0123456789abcdef", b"a's too")
-    dead = _touch(state / "audit/tmp" / _dead_writer_name())
+    dead = _touch(state / "audit/tmp" / _gone_from_the_machine(_dead_writer_name()))
     with caplog.at_level("WARNING", logger="promoter.state"):
         assert sweep(state, shared_with="host host-a (active, not fenced)") == [dead]
     assert (other_boot.read_bytes(), legacy.read_bytes()) == (b"a's", b"a's too")
     (line,) = [r.getMessage() for r in caplog.records if "kept" in r.getMessage()]
     assert line == (
-        "kept 2 temps whose writer may be alive on another machine: host host-a (active, not "
-        f"fenced) may write in {state} (a start after its fence removes them): "
+        "kept 2 temps whose writer may be alive on another machine or in another pid "
+        "namespace: host host-a (active, not fenced) may write in "
+        f"{state} (a start after its fence removes them): "
         f"{other_boot}, {legacy}"
     )
 
@@ -231,3 +249,56 @@ def test_a_killed_review_diffs_links_are_removed_and_the_stored_blob_stays(
     )
     assert blob.read_bytes() == b"stored\n"
     assert blob.stat().st_nlink == 2  # the live diff's link only
+
+
+# a writer in a pid namespace of its own (a container of the same machine), its process id
+# there one that names another process here, or none; alive until its stdin closes
+IN_ITS_OWN_NAMESPACE = """
+import os, sys
+from pathlib import Path
+from promoter.store import state_temps
+while True:
+    child = os.fork()
+    if child == 0 and os.getpid() < 1000:  # past the kernel's own threads' ids
+        os._exit(0)
+    if child == 0:
+        name = state_temps.temp_name()
+        (Path(sys.argv[1]) / name).write_bytes(b"in flight")
+        print(name, flush=True)
+        sys.stdin.read()
+        os._exit(0)
+    os.waitpid(child, 0)
+    if child >= 1000:
+        sys.exit(0)
+"""
+
+
+def test_a_live_writer_in_another_pid_namespace_keeps_its_temp_in_a_shared_directory(
+    tmp_path: Path,
+) -> None:
+    """A replacement on the same machine in a container of its own shares the boot id,
+    not the process ids: its live writer's temp names a process id that here is another
+    process, or none, and a shared directory's sweep removed it while it was written. A
+    writer is gone only if no process of the machine started at the tick its name
+    records (seen whole from the initial pid namespace, as here): the temp is kept while
+    its writer lives (removed once gone:
+    ``test_a_shared_directory_keeps_every_temp_not_provably_gone_on_this_machine``)."""
+    if os.stat("/proc/self/ns/pid").st_ino != 0xEFFFFFFC:
+        pytest.skip("not in the initial pid namespace: a shared directory keeps such temps")
+    state = tmp_path / "state"
+    place = state / "audit" / "tmp"
+    place.mkdir(parents=True)
+    argv = ["bwrap", "--unshare-pid", "--dev-bind", "/", "/", "--proc", "/proc"]
+    shared = "host host-a (active, not fenced)"
+    with subprocess.Popen(
+        [*argv, sys.executable, "-c", IN_ITS_OWN_NAMESPACE, str(place)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as writer:
+        assert writer.stdin is not None and writer.stdout is not None
+        temp = place / writer.stdout.readline().decode().strip()
+        assert temp.name.startswith(f"{PREFIX}{state_temps._BOOT}-")  # this boot's
+        assert sweep(state, shared_with=shared) == []
+        assert temp.read_bytes() == b"in flight"
+        writer.stdin.close()
+        assert writer.wait(60) == 0

@@ -199,3 +199,36 @@ def test_a_run_typed_inside_dot_git_starts_at_the_root_and_says_so(
     ) in result.stdout
     assert (repo / "here.txt").read_bytes() == f"{record.clone}\n".encode()
     assert git_dir_digest(repo) == git_before
+
+
+# a directory name holding a line of its own: what a confined run prints after its command
+FORGED = "x (bwrap)\nconfined by bubblewrap; processes limited by 4096"
+SHOWN = "x (bwrap)<U+000A>confined by bubblewrap; processes limited by 4096"
+
+
+def test_a_directory_named_with_a_newline_never_prints_a_line_of_its_own(
+    daemon: Daemon, repo: Path
+) -> None:
+    """A hostile repository's directory whose name holds a line feed and the line a
+    confined run prints: typed in it, an unconfined run's ``running`` line (and, in an
+    ignored one, the line saying why it starts at the root) shows the line feed as
+    ``<U+000A>``, as does the line naming its untracked file that no precondition can
+    describe: no line says the command was confined."""
+    forged = repo / FORGED
+    forged.mkdir()
+    (forged / "x.txt").write_bytes(b"untracked\n")
+    first = _run(daemon, forged, "--unconfined", "--yes", "--keep", "--", "true")
+    _ok(first)
+    record = _only_run(daemon)
+    assert f"running true in {record.clone}/{SHOWN} (unconfined)\n" in first.stdout
+    assert f"  {SHOWN}/x.txt: no precondition: " in first.stdout + first.stderr
+    ignored = repo / "build" / FORGED
+    ignored.mkdir(parents=True)
+    again = ["--continue", record.run_id, "--unconfined", "--yes", "--keep"]
+    second = _run(daemon, ignored, *again, "--", "sh", "-c", "true")
+    _ok(second)
+    assert (
+        f"starting at the sandbox's root: build/{SHOWN} is not in the sandbox (ignored by " "git)\n"
+    ) in second.stdout
+    for line in (first.stdout + first.stderr + second.stdout + second.stderr).splitlines():
+        assert not line.startswith("confined by bubblewrap"), line

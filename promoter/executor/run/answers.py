@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promoter.client.sync import PromoterClient
-from promoter.domain.hidden import visible
+from promoter.domain.hidden import one_line, visible
 from promoter.errors import BaseMoved, PromoterError, error_class
 from promoter.executor import layers
 from promoter.executor.run.person import Person, escape
@@ -58,7 +58,7 @@ def started(record: sandboxes.RunRecord) -> str:
         else ", with no uncommitted change of yours"
     )
     for item in record.skipped:
-        line += f"\n  {escape(visible(item['path']))}: {escape(visible(item['reason']))}"
+        line += f"\n  {escape(one_line(item['path']))}: {escape(one_line(item['reason']))}"
     return line
 
 

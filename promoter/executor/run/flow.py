@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from promoter.client.sync import PromoterClient
 from promoter.domain.canonical import now_rfc3339
-from promoter.domain.hidden import visible
+from promoter.domain.hidden import one_line, visible
 from promoter.errors import (
     CommandFailed,
     Interrupted,
@@ -406,7 +406,7 @@ class _Command:
             self.person.say(escape(self.start_dir.note))
         inside = os.path.join(record.clone, rel) if rel else record.clone
         self.person.say(
-            f"[bold]running[/] {escape(_echoed(self.command))} in {escape(visible(inside))} "
+            f"[bold]running[/] {escape(_echoed(self.command))} in {escape(one_line(inside))} "
             f"({how.kind})"
         )
         env = {**self.env, "PROMOTER_URL": url, "PROMOTER_TOKEN": token}

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from promoter.domain.hidden import visible
+from promoter.domain.hidden import one_line
 from promoter.errors import PathUnsafe, PromoterError
 from promoter.executor import layers
 from promoter.git.layout import RepoLayout, repo_env
@@ -82,7 +82,7 @@ def start_dir(
         kind = _kind(clone, prefix, stack)
         if kind == "link":
             raise PathUnsafe(
-                f"{visible(prefix)} is a symbolic link in the sandbox {clone} (an earlier "
+                f"{one_line(prefix)} is a symbolic link in the sandbox {clone} (an earlier "
                 "step made it), where your current directory is a directory: the command "
                 "would start wherever it points; nothing was run; start the step from the "
                 "worktree's top (cd to it) or remove the link in a step run from there",
@@ -91,12 +91,12 @@ def start_dir(
         if kind == "missing":
             return Start(note=_root(rel, _why(prefix, layout)))
         if kind == "other":
-            return Start(note=_root(rel, f"{visible(prefix)} is a file in the sandbox"))
+            return Start(note=_root(rel, f"{one_line(prefix)} is a file in the sandbox"))
     return Start(rel)
 
 
 def _root(rel: str, why: str) -> str:
-    return f"starting at the sandbox's root: {visible(rel)} is not in the sandbox ({why})"
+    return f"starting at the sandbox's root: {one_line(rel)} is not in the sandbox ({why})"
 
 
 def _why(prefix: str, layout: RepoLayout | None) -> str:
@@ -146,7 +146,7 @@ def opened(clone: Path, rel: str) -> int:
             if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
                 raise
             raise PathUnsafe(
-                f"{visible(rel)} is no longer a directory of the sandbox {clone} (a link or "
+                f"{one_line(rel)} is no longer a directory of the sandbox {clone} (a link or "
                 "a file took its place after it was checked); nothing was run",
                 path=rel,
             ) from exc
