@@ -42,9 +42,12 @@ class DaemonProcess:
         extra_env: dict[str, str] | None = None,
         open_files: tuple[int, int] | None = None,
         workers: int | None = 1,
+        container: bool = False,
     ) -> None:
         """``open_files``: the (soft, hard) ``RLIMIT_NOFILE`` the daemon starts with;
-        ``workers``: its serving processes (None: the default, one per usable core)."""
+        ``workers``: its serving processes (None: the default, one per usable core);
+        ``container``: it runs as PID 1 of a pid namespace of its own, with its own
+        ``/proc``, as in a container (a SIGKILL of ``proc`` kills it and its workers)."""
         self.state_dir = state_dir
         env = {
             k: v
@@ -79,7 +82,9 @@ class DaemonProcess:
                 resource.setrlimit(resource.RLIMIT_NOFILE, open_files)
 
         self.proc: subprocess.Popen[bytes] | forkserver.Forked
-        if forkserver.enabled():
+        if container:  # the kernel kills the namespace's processes once its PID 1 is killed
+            argv = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", *argv]
+        if forkserver.enabled() and not container:
             self.proc = forkserver.spawn(argv, env, nofile=open_files)
         else:
             self.proc = subprocess.Popen(
