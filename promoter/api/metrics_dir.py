@@ -1,12 +1,20 @@
 """The directory the workers of one ``serve --workers N`` keep their metrics in.
 
-``STATE/metrics/PID/`` (the serving parent's process id), mode 0700: created by the
-parent before it starts its workers, handed to each as ``PROMETHEUS_MULTIPROC_DIR``, where
-prometheus_client keeps every worker's values in ``KIND_PID.db`` files; removed by the
-parent once the daemon stopped. At start, what earlier daemons left in ``STATE/metrics/``
-is removed only when provably promoter's own: a directory named as the daemon names it,
-of a process that no longer runs, holding only the library's ``*_PID.db`` files, and only
-when no other host may write in the state directory (a process id names no machine).
+``STATE/metrics/serve-<boot>-<pid>-<start>-<16 hex>/``, named after the serving parent as
+``promoter.store.state_temps`` names a temp after its writer (boot id, process id, the
+process's start time in clock ticks), mode 0700: created by the parent before it starts
+its workers, handed to each as ``PROMETHEUS_MULTIPROC_DIR``, where prometheus_client keeps
+every worker's values in ``KIND_PID.db`` files; removed by the parent once the daemon
+stopped. A new daemon's name is never an earlier one's, even of the same process id (a
+container's daemon is always PID 1). At start, what earlier daemons left in
+``STATE/metrics/`` is removed only when provably promoter's own: a directory named as the
+daemon names it, of a daemon provably gone, holding only the library's ``*_PID.db`` files.
+Its daemon is gone when its process id runs no process now or one started at another
+tick; in a directory another host may write in, only when no process of the whole machine
+started at its tick (``state_temps.Machine``), else it is kept, counted in one line. Older
+versions named it ``STATE/metrics/PID/`` (a process id alone, which names no machine and
+no start): such a directory is removed when that process id runs no process here, or is
+this daemon's own, and only when no other host may write in the state directory.
 Anything else is kept and logged with where it is.
 
 Deliberately not here: what goes into the files and how a scrape reads them
@@ -22,13 +30,21 @@ import stat
 from pathlib import Path
 
 from promoter.api.logs import event
-from promoter.errors import ConfigError, PathUnsafe
+from promoter.errors import PathUnsafe
 from promoter.fs.own_tree import remove_own_tree
+from promoter.store.state_temps import (
+    ELSEWHERE,
+    GONE,
+    Machine,
+    is_metrics_name,
+    metrics_name,
+    metrics_writer,
+)
 
 log = logging.getLogger("promoter.serve")
 
 ROOT = "metrics"
-_NAME = re.compile(r"[1-9][0-9]*")  # the parent's process id
+_OLD_NAME = re.compile(r"[1-9][0-9]*")  # an older version's: the parent's process id
 _FILE = re.compile(r"(counter|histogram|summary|gauge_[a-z]+)_[0-9]+\.db")  # the library's
 
 
@@ -56,10 +72,14 @@ def _only_library_files(fd: int) -> bool:
     return True
 
 
+def _own_name(name: str) -> bool:
+    return is_metrics_name(name) or _OLD_NAME.fullmatch(name) is not None
+
+
 def _remove(directory: Path) -> bool:
     """Remove ``directory`` when provably promoter's own (``promoter.fs.own_tree``);
     whether it was. Anything else is kept and logged with where it is."""
-    if not _NAME.fullmatch(directory.name):
+    if not _own_name(directory.name):
         proven = False
     else:
         try:
@@ -81,37 +101,41 @@ def prepare(state_dir: Path, *, shared_with: str | None) -> Path:
     """Sweep the leftovers of ended daemons, then create this daemon's directory.
 
     ``shared_with``: None when no other host may write in the state directory
-    (``promoter.engine.state_sharing``); else a directory of a process id that does not run
-    here may be a live daemon's on another machine, and is kept (one line counts them).
+    (``promoter.engine.state_sharing``); else a directory whose daemon is not provably gone
+    from this whole machine may be a live daemon's on another machine or in another pid
+    namespace, and is kept (one line counts them).
     """
     root = state_dir / ROOT
     root.mkdir(mode=0o700, exist_ok=True)
-    mine = root / str(os.getpid())
+    machine = None if shared_with is None else Machine()  # before the listing
     elsewhere: list[Path] = []
     for entry in sorted(root.iterdir()):
-        ended = entry == mine or (_NAME.fullmatch(entry.name) and not _alive(int(entry.name)))
-        if ended and shared_with is not None:
-            elsewhere.append(entry)  # its process may run on another machine
-        elif ended:
-            _remove(entry)  # an ended daemon's (an earlier one of this very process id)
-        elif not _NAME.fullmatch(entry.name):
+        if is_metrics_name(entry.name):
+            state = metrics_writer(entry.name, machine)
+            if state == GONE:
+                _remove(entry)
+            elif state == ELSEWHERE:
+                elsewhere.append(entry)
+        elif _OLD_NAME.fullmatch(entry.name):  # an older version's: judged by its pid alone
+            ended = entry.name == str(os.getpid()) or not _alive(int(entry.name))
+            if ended and shared_with is not None:
+                elsewhere.append(entry)  # its process may run on another machine
+            elif ended:
+                _remove(entry)  # an ended daemon's (an earlier one of this very process id)
+        else:
             _remove(entry)  # logged and kept: never a name this daemon gives
     if elsewhere:
         kind = "directory" if len(elsewhere) == 1 else "directories"
         event(
             log,
-            f"kept {len(elsewhere)} metrics {kind} whose daemon may run on another machine: "
-            f"{shared_with} may write in {state_dir} (a start after its fence removes them): "
-            f"{', '.join(str(path) for path in elsewhere)}",
+            f"kept {len(elsewhere)} metrics {kind} whose daemon may run on another machine "
+            f"or in another pid namespace: {shared_with} may write in {state_dir} (a start "
+            f"after its fence removes them): {', '.join(str(path) for path in elsewhere)}",
             logging.WARNING,
             kept=[str(path) for path in elsewhere],
         )
-    if mine in elsewhere:
-        raise ConfigError(
-            f"{mine} is kept: a daemon of this process id on another machine may use it "
-            f"({shared_with} may write in {state_dir}); start again (another process id)"
-        )
-    mine.mkdir(mode=0o700)  # still there: not promoter's own, the start stops
+    mine = root / metrics_name()  # never a leftover's: it names this process
+    mine.mkdir(mode=0o700)
     mine.chmod(0o700)
     return mine
 

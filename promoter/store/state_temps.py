@@ -1,9 +1,11 @@
 """Names of promoter's named temp files in its state directory, and the start-up sweep.
 
-``temp_name()``, ``scratch_name()`` and ``review_scratch_name()`` name a temp after its
-writer (``.promoter-state-tmp-<boot>-<pid>-<start>-<16 hex>``, ``merge-…`` for a
-merge's scratch, ``review-diff-…`` for a review diff's links) for the few places that
-need a name (a filesystem without ``O_TMPFILE``, the moment before a rename).
+``temp_name()``, ``scratch_name()``, ``review_scratch_name()`` and ``metrics_name()`` name
+a temp after its writer (``.promoter-state-tmp-<boot>-<pid>-<start>-<16 hex>``, ``merge-…``
+for a merge's scratch, ``review-diff-…`` for a review diff's links, ``serve-…`` for the
+metrics directory of ``serve --workers N``) for the few places that need a name (a
+filesystem without ``O_TMPFILE``, the moment before a rename, a directory a daemon keeps
+while it serves).
 ``sweep(state_dir, shared_with=...)`` runs once at the daemon's start and removes, logging
 each, only the temps whose writer is provably gone, in promoter's own directories, also
 under the names older versions used (protocol: recovery#own-names-outside-worktrees). A
@@ -11,8 +13,9 @@ writer of another boot is provably gone only when no other host may write in the
 directory (``shared_with`` None, ``promoter.engine.state_sharing``): on a shared disk it
 may be a live host's on another machine, so such temps are then kept and counted in one
 line. In a shared directory, a temp of this boot is removed only when its writer is gone
-from the whole machine (``_Machine``: a host of this machine in a container of its own
-names its writers by the ids of its own pid namespace).
+from the whole machine (``Machine``: a host of this machine in a container of its own
+names its writers by the ids of its own pid namespace). ``metrics_writer()`` judges a
+metrics directory's writer by the same rules for ``promoter.api.metrics_dir``.
 
 Not here: writing temps (``promoter.store.durable``, ``promoter.store.blobs``), and
 anything in a person's worktree (protocol: recovery#journaled-names-only).
@@ -36,9 +39,14 @@ from promoter.lazy_log import LazyLogger
 __all__ = [
     "MERGE_INPUTS",
     "MERGE_PREFIX",
+    "METRICS_PREFIX",
     "PREFIX",
     "REVIEW_PREFIX",
+    "Machine",
+    "is_metrics_name",
     "is_own_temp",
+    "metrics_name",
+    "metrics_writer",
     "review_scratch_name",
     "scratch_name",
     "sweep",
@@ -54,6 +62,8 @@ MERGE_INPUTS = frozenset({"yours", "base", "agent"})  # the files merge_file wri
 _OWN_MERGE = re.compile(r"merge-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")
 REVIEW_PREFIX = "review-diff-"
 _OWN_REVIEW = re.compile(r"review-diff-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")
+METRICS_PREFIX = "serve-"
+_OWN_METRICS = re.compile(r"serve-([0-9a-f]{8})-(\d+)-(\d+)-[0-9a-f]{16}")
 _LEGACY_AUDIT = re.compile(r"\.tmp-[0-9a-f]{16}")  # durable.py and blobs.py, before
 _LEGACY_SHADOW = re.compile(r".+\.tmp-(\d+)-\d+")  # shadow_files.put_file, before
 _LEGACY_RUN = "run.tmp"  # sandbox.save, before
@@ -111,6 +121,30 @@ def review_scratch_name() -> str:
     return REVIEW_PREFIX + _writer()
 
 
+def metrics_name() -> str:
+    """A fresh name for the metrics directory of ``serve --workers N`` in
+    ``<state>/metrics`` (``promoter.api.metrics_dir``), naming the serving parent: never an
+    earlier daemon's of the same process id (a container's daemon is always PID 1)."""
+    return METRICS_PREFIX + _writer()
+
+
+def is_metrics_name(name: str) -> bool:
+    return _OWN_METRICS.fullmatch(name) is not None
+
+
+def metrics_writer(name: str, machine: Machine | None) -> str:
+    """Whether the daemon that named metrics directory ``name`` is provably gone: ``GONE``
+    when it is (with ``machine``, a shared directory's, gone from the whole machine);
+    ``ALIVE`` when it may still run here; ``ELSEWHERE`` when it may run where this machine
+    cannot look (another machine, another pid namespace); ``OTHER`` for another name."""
+    state = _writer_state(name, _OWN_METRICS)
+    if state in (ALIVE, OTHER):
+        return state
+    if machine is None:
+        return GONE  # no other host writes here: another boot's ended with its boot
+    return GONE if state == GONE and machine.gone(name) else ELSEWHERE
+
+
 def is_own_temp(name: str) -> bool:
     return _OWN.fullmatch(name) is not None
 
@@ -136,7 +170,7 @@ ALIVE, GONE, ELSEWHERE, OTHER = "alive", "gone", "elsewhere", "other"
 _INIT_PID_NAMESPACE = 0xEFFFFFFC  # the kernel's initial pid namespace (PROC_PID_INIT_INO)
 
 
-class _Machine:
+class Machine:
     """The start times of every process of this machine, read once by a shared
     directory's sweep. A temp of this boot names its writer's process id in the writer's
     pid namespace: another host of this machine in a namespace of its own (a container)
@@ -199,7 +233,7 @@ def _start_at(entry: str) -> str:
 
 def _named_start(name: str) -> str | None:
     """The writer's start time a temp's name records, or None for a name without one."""
-    for pattern in (_OWN, _OWN_MERGE, _OWN_REVIEW):
+    for pattern in (_OWN, _OWN_MERGE, _OWN_REVIEW, _OWN_METRICS):
         match = pattern.fullmatch(name)
         if match is not None:
             return match.group(3)
@@ -278,7 +312,7 @@ def sweep(state_dir: Path, *, shared_with: str | None) -> list[Path]:
     """
     removed: list[Path] = []
     kept: list[Path] = []
-    machine = _Machine() if shared_with else None  # read before any directory is listed
+    machine = Machine() if shared_with else None  # read before any directory is listed
     for place, directory in _directories(state_dir):
         try:
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -315,7 +349,7 @@ def _more(count: int) -> str:
 
 
 def _sweep_one(
-    place: str, directory: Path, dir_fd: int, kept: list[Path], machine: _Machine | None
+    place: str, directory: Path, dir_fd: int, kept: list[Path], machine: Machine | None
 ) -> list[Path]:
     """The leftovers of ``directory`` removed; with ``machine`` (a shared directory), those
     whose writer cannot be proven gone from the whole machine are added to ``kept``

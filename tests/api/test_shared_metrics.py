@@ -15,6 +15,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from promoter.api import metrics_dir
 from promoter.api.metrics import Metrics
+from promoter.store import state_temps
 
 _WORKER = """
 import os
@@ -132,7 +133,7 @@ def test_prepare_removes_only_ended_daemons_own_directories(
     swapped.symlink_to(outside)
     with caplog.at_level(logging.WARNING, "promoter.serve"):
         mine = metrics_dir.prepare(tmp_path, shared_with=None)
-    assert mine == root / str(os.getpid())
+    assert mine.parent == root and state_temps.is_metrics_name(mine.name)
     assert sorted(p.name for p in root.iterdir()) == sorted(
         [mine.name, running.name, extra.name, linked.name, named.name, swapped.name]
     )
@@ -158,11 +159,76 @@ def test_prepare_in_a_shared_state_directory_keeps_directories_of_other_machines
         mine = metrics_dir.prepare(tmp_path, shared_with="host host-a (active, not fenced)")
     assert (theirs / "counter_7.db").read_bytes() == b"live"
     assert [r.getMessage() for r in caplog.records] == [
-        "kept 1 metrics directory whose daemon may run on another machine: host host-a "
-        f"(active, not fenced) may write in {tmp_path} (a start after its fence removes "
-        f"them): {theirs}"
+        "kept 1 metrics directory whose daemon may run on another machine or in another pid "
+        f"namespace: host host-a (active, not fenced) may write in {tmp_path} (a start after "
+        f"its fence removes them): {theirs}"
     ]
     metrics_dir.remove(mine)
+
+
+SHARED = "host host-a (active, not fenced)"
+
+
+def test_a_leftover_named_as_this_daemon_s_own_never_refuses_a_start_in_a_shared_directory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A container's daemon is always the same process id: an older version's leftover of
+    it (``metrics/<pid>``) in a shared state directory may be a live daemon's of another
+    machine, so it is kept, and the start goes on in a directory of its own name."""
+    root = tmp_path / metrics_dir.ROOT
+    older = root / str(os.getpid())
+    older.mkdir(parents=True)
+    (older / "counter_1.db").write_bytes(b"theirs")
+    with caplog.at_level(logging.WARNING, "promoter.serve"):
+        mine = metrics_dir.prepare(tmp_path, shared_with=SHARED)
+    assert mine != older and mine.is_dir()
+    assert (older / "counter_1.db").read_bytes() == b"theirs"
+    assert [r.getMessage() for r in caplog.records] == [
+        "kept 1 metrics directory whose daemon may run on another machine or in another pid "
+        f"namespace: {SHARED} may write in {tmp_path} (a start after its fence removes "
+        f"them): {older}"
+    ]
+    assert metrics_dir.prepare(tmp_path, shared_with=SHARED) != mine  # this process again
+    assert mine.is_dir()  # its writer runs
+
+
+def _free_tick() -> str:
+    """A start time no process of the machine has, before this one's (none can get it)."""
+    starts = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            starts.add(state_temps._start_at(entry))
+        except OSError:  # ended meanwhile
+            continue
+    mine = int(state_temps._start_at("self"))
+    return next(str(tick) for tick in range(mine - 1, 0, -1) if str(tick) not in starts)
+
+
+def _left(root: Path, boot: str, pid: int, tick: str) -> Path:
+    """A metrics directory as a daemon of ``boot``, ``pid`` and start ``tick`` names it,
+    with a library file in it."""
+    path = root / f"{state_temps.METRICS_PREFIX}{boot}-{pid}-{tick}-{'0a' * 8}"
+    path.mkdir(parents=True)
+    (path / "counter_1.db").write_bytes(b"")
+    return path
+
+
+def test_prepare_judges_a_leftover_by_its_daemon_s_start(tmp_path: Path) -> None:
+    """This process id now runs a process started at another tick: its daemon is gone.
+    In a shared directory only when no process of the machine started at that tick."""
+    boot, me = state_temps._BOOT, os.getpid()
+    other_boot = "eeeeeeee" if boot == "ffffffff" else "ffffffff"
+    mine_now = state_temps._start_at("self")
+    for shared in (None, SHARED):
+        root = tmp_path / str(shared is not None) / metrics_dir.ROOT
+        gone = _left(root, boot, me, _free_tick())  # an earlier daemon of this pid
+        ticking = _left(root, boot, _dead_pid(), mine_now)  # a process runs at its tick
+        booted = _left(root, other_boot, me, mine_now)
+        live = _left(root, boot, me, mine_now)  # this very process
+        mine = metrics_dir.prepare(root.parent, shared_with=shared)
+        assert not gone.exists()
+        assert live.is_dir() and mine.is_dir() and mine != live
+        assert ticking.exists() == booted.exists() == (shared is not None)
 
 
 def test_remove_keeps_a_directory_holding_anything_else(tmp_path: Path) -> None:

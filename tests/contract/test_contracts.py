@@ -149,6 +149,8 @@ API_STORE_IMPORTS = {
     "promoter/api/longpoll.py": {"promoter.store.wakeup"},
     # the start-up sweep of a killed writer's temps in the state directory: a write
     "promoter/api/app.py": {"promoter.store.state_temps"},
+    # the sweep of a killed daemon's metrics directory, judged as a temp's writer: a write
+    "promoter/api/metrics_dir.py": {"promoter.store.state_temps"},
     # the authenticated caller a costly read is admitted for: a type
     "promoter/api/admission.py": {"promoter.store.credentials"},
     # a console session is its credential's: the token's digest

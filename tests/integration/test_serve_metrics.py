@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from promoter.store import state_temps
 from tests.support.flows import init_repo, make_bundle
 from tests.support.process import DaemonProcess, granted, promotion_request, upload_blobs
 
@@ -59,7 +60,8 @@ def test_every_scrape_reports_every_worker_s_promotions(tmp_path: Path) -> None:
         assert (foreign / "notes.txt").read_bytes() == b"mine\n"
         assert named.is_dir()
         assert any(f"kept {foreign}" in line for line in daemon.log), daemon.log
-        shared = leftovers / str(daemon.proc.pid)
+        (shared,) = [p for p in leftovers.iterdir() if state_temps.is_metrics_name(p.name)]
+        assert shared.name.split("-")[2] == str(daemon.proc.pid)  # named after the parent
         assert stat.S_IMODE(shared.stat().st_mode) == 0o700
         with daemon.client() as orch:
             grant = granted(orch, repo)
@@ -98,6 +100,6 @@ def test_every_scrape_reports_every_worker_s_promotions(tmp_path: Path) -> None:
         assert requests == [float(n) for n in range(SCRAPES)]
     finally:
         assert daemon.stop() == 0
-    assert not (leftovers / str(daemon.proc.pid)).exists()
+    assert not shared.exists()
     assert (foreign / "notes.txt").read_bytes() == b"mine\n"
     assert named.is_dir()

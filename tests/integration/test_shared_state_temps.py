@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,10 +47,11 @@ def _plant(state: Path) -> tuple[Path, Path]:
     return temp, scratch
 
 
-def _replacement(state: Path, tmp_path: Path) -> DaemonProcess:
+def _replacement(state: Path, tmp_path: Path, **daemon: Any) -> DaemonProcess:
     return DaemonProcess(
         state,
         {},
+        **daemon,
         extra_env={
             "PROMOTER_HOST_ID": "host-b",
             "PROMOTER_REPLACES_HOST": "host-a",
@@ -130,3 +132,34 @@ def test_the_replaced_host_restarted_keeps_its_active_replacements_temps(
         "kept 2 temps whose writer may be alive on another machine or in another pid namespace: host host-b "
         in line
     )
+
+
+def test_a_container_daemon_restarted_after_a_crash_starts_in_a_shared_directory(
+    tmp_path: Path, started: list[DaemonProcess]
+) -> None:
+    """A daemon in a container is always PID 1. Killed while it served with workers, it
+    left its metrics directory; an older version's, of the same process id, is there too
+    (``metrics/1``). Its restart, the same PID 1, in the state directory a replaced host may
+    still write in, starts and serves: neither leftover is its own directory's name, and
+    neither is touched (their daemon is not provably gone: another pid namespace's ids name
+    no process of this machine)."""
+    state = tmp_path / "state"
+    DaemonProcess(state, {}, extra_env=A).kill()
+    older = state / "metrics" / "1"
+    older.mkdir(parents=True)
+    (older / "counter_1.db").write_bytes(b"an older version's\n")
+    crashed = _replacement(state, tmp_path, workers=2, container=True)
+    started.append(crashed)
+    (first,) = {p for p in (state / "metrics").iterdir() if p != older}
+    crashed.kill()
+    left = {p: p.stat().st_mtime_ns for p in (first, older)}
+    again = _replacement(state, tmp_path, workers=2, container=True)
+    started.append(again)
+    with again.client("operator") as operator:
+        assert operator.get("/metrics").status_code == 200
+    assert (older / "counter_1.db").read_bytes() == b"an older version's\n"
+    assert {p: p.stat().st_mtime_ns for p in (first, older)} == left
+    (line,) = [entry for entry in again.log if "metrics directories whose daemon" in entry]
+    assert "host host-a (active, not fenced)" in line
+    assert str(first) in line and str(older) in line
+    assert not [entry for entry in again.log if "config_error" in entry]
