@@ -15,6 +15,8 @@ PostgreSQL database, else the state directory's SQLite file).
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -143,6 +145,8 @@ def test_a_container_daemon_restarted_after_a_crash_starts_in_a_shared_directory
     still write in, starts and serves: neither leftover is its own directory's name, and
     neither is touched (their daemon is not provably gone: another pid namespace's ids name
     no process of this machine)."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("a pid namespace of the daemon's own needs root and unshare(1)")
     state = tmp_path / "state"
     DaemonProcess(state, {}, extra_env=A).kill()
     older = state / "metrics" / "1"
