@@ -326,7 +326,11 @@ def test_keys_list_reads_the_recorded_daemons_keys_and_never_makes_one(tmp_path:
         nowhere = tmp_path / "nowhere"
         for refused, folder in (
             (keys_list("--state-dir", str(nowhere)), nowhere / "credentials"),
-            (keys_list(XDG_CONFIG_HOME=str(tmp_path / "no-config")), Path(".promoter/credentials")),
+            # the default ``./.promoter``, named where it is looked for
+            (
+                keys_list(XDG_CONFIG_HOME=str(tmp_path / "no-config")),
+                elsewhere / ".promoter/credentials",
+            ),
         ):
             assert refused.returncode == 78, refused.stdout + refused.stderr
             assert refused.stdout == ""
