@@ -310,7 +310,30 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             return Settings(**flags)
     except ValidationError as exc:
         lines = [x for x in str(exc).splitlines() if not x.startswith(_WEB_LINK)]
+        unknown = _unknown_keys(exc)
+        if unknown and config_file is not None:  # only the file can name a key
+            lines.append(f"unknown keys in {config_file}: {unknown} (docs/operator/config.md)")
         raise ConfigError("invalid settings: " + "\n".join(lines)) from exc
+
+
+def _unknown_keys(exc: ValidationError) -> str:
+    """The keys a ``ValidationError`` refused as unknown, each with the known key of its
+    table closest to it, as a mistyped ``PROMOTER_*`` variable is told."""
+    named = []
+    for error in exc.errors():
+        if error["type"] != "extra_forbidden":
+            continue
+        where = [str(part) for part in error["loc"]]
+        table = where[:-1]
+        fields = (
+            RepositoryConfig.model_fields
+            if table[:1] == ["repositories"]
+            else Settings.model_fields
+        )
+        found = difflib.get_close_matches(where[-1], sorted(fields), 1, 0.75)
+        key = ".".join(where)
+        named.append(key if not found else f"{key} (did you mean {'.'.join([*table, found[0]])}?)")
+    return ", ".join(sorted(named))
 
 
 # Every PROMOTER_* variable promoter reads besides its settings' (one a setting field,

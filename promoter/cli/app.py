@@ -375,6 +375,8 @@ def gc(
     if count:
         names = escape(", ".join(report.snapshots_pruned))
         pruned += f" ({names}; the newest {keep_snapshots} kept)"
+    if dry_run:  # nothing was looked at to prune: say so, not "of 0 repositories"
+        pruned = "snapshots not pruned (--dry-run)"
     err_console.print(
         f"examined {report.blobs_examined} blobs; {verb} {len(report.blobs_removed)} "
         f"({iec(report.bytes_freed)}); {pruned}"

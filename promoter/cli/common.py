@@ -206,6 +206,22 @@ console = cast("Console", _LazyConsole(stderr=False))
 err_console = cast("Console", _LazyConsole(stderr=True))
 
 
+def whole_column(header: str, values: Sequence[str]) -> Any:
+    """A rich table column that keeps each of ``values`` whole on one line, however narrow
+    the terminal: an id the person copies into the next command is never cut to ``…``."""
+    from rich.table import Column
+
+    return Column(header, no_wrap=True, min_width=max(map(len, values), default=0))
+
+
+def folded_columns(*headers: str) -> list[Any]:
+    """Rich table columns that fold a value too long for a narrow terminal onto more
+    lines instead of cutting it to ``…``."""
+    from rich.table import Column
+
+    return [Column(header, overflow="fold") for header in headers]
+
+
 def shown_path(path: str) -> str:
     """A path as a person may read it: its hidden characters as ``<U+XXXX>`` (a name never
     poses as another one, protocol: api#what-a-review-shows), never read as markup."""

@@ -21,8 +21,10 @@ from promoter.cli.common import (
     console,
     err_console,
     escape,
+    folded_columns,
     read_token,
     server_url,
+    whole_column,
 )
 from promoter.client.sync import PromoterClient
 
@@ -59,7 +61,10 @@ def list_hosts(
     from rich.table import Table
 
     table = Table(
-        "host", "epoch", "status", "lease until", "expired", "fenced to", "repositories", "address"
+        whole_column("host", [item["host_id"] for item in items]),
+        *folded_columns(
+            "epoch", "status", "lease until", "expired", "fenced to", "repositories", "address"
+        ),
     )
     for item in items:
         expired = item["lease_expired"]

@@ -27,10 +27,12 @@ from promoter.cli.common import (
     UrlOpt,
     console,
     escape,
+    folded_columns,
     iec,
     read_token,
     server_url,
     shown_path,
+    whole_column,
 )
 from promoter.client.sync import PromoterClient
 from promoter.domain.hidden import visible
@@ -96,7 +98,10 @@ def list_ops(
         return
     from rich.table import Table
 
-    table = Table("operation", "kind", "status", "attempt", "repository", "code", "updated")
+    table = Table(
+        whole_column("operation", [item["operation_id"] for item in items]),
+        *folded_columns("kind", "status", "attempt", "repository", "code", "updated"),
+    )
     for item in items:
         table.add_row(
             item["operation_id"],

@@ -19,7 +19,7 @@ from tenacity import AsyncRetrying
 
 from promoter.client.evidence import PATH as EVIDENCE_PATH
 from promoter.client.evidence import bundle_frame, request_parts, split_blobs
-from promoter.client.follow import Origin, cluster_origins, location, replayable, within
+from promoter.client.follow import Origin, cluster_origins, location, owner, replayable, within
 from promoter.client.wire import (
     DEFAULT_BACKOFF,
     MISSING_BATCH,
@@ -147,7 +147,8 @@ class AsyncPromoterClient:
                     timeout=limit,
                 )
             except httpx.TransportError as exc:
-                raise unreachable(target, method, path, limit, exc) from exc
+                where = owner(response, target)
+                raise unreachable(where, method, path, limit, exc, sent_by=self.url) from exc
         raise_for(response)
         return response
 

@@ -213,7 +213,8 @@ class Transport(Closing):
             except Exception as exc:
                 if not transport_error(exc):
                     raise
-                raise unreachable(target, method, path, limit, exc) from exc
+                where = owner(misdirected, target)
+                raise unreachable(where, method, path, limit, exc, sent_by=self.url) from exc
             self.followed = owner(misdirected, target)
         if response.status_code not in ok_statuses:
             raise_for(response)

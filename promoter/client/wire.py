@@ -291,13 +291,16 @@ def _settings(plan: Retries) -> dict[str, Any]:
     }
 
 
-def unreachable(url: str, method: str, path: str, timeout: float, exc: Exception) -> ConfigError:
+def unreachable(
+    url: str, method: str, path: str, timeout: float, exc: Exception, *, sent_by: str = ""
+) -> ConfigError:
     """The error a transport error of httpx's (``exc``) stands for: ``server_unavailable``
     (exit 69) when the daemon could not be had (no connection, no answer in time, the
     connection closed before the answer), ``config_error`` (78) when the URL or the
     request could not be used at all (a scheme httpx does not speak, a request it could
     not form): the configuration is wrong, not the daemon down
-    (docs/decisions/an-unreachable-daemon-is-unavailable.md)."""
+    (docs/decisions/an-unreachable-daemon-is-unavailable.md). ``sent_by``: the daemon
+    whose 421 sent the request to ``url``, the owner's base URL."""
     import httpx  # loaded already: ``exc`` is one of its errors
 
     if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError):
@@ -315,8 +318,14 @@ def unreachable(url: str, method: str, path: str, timeout: float, exc: Exception
             url=url,
             reason=str(exc),
         )
+    hint = (
+        f"{sent_by} sent the request there, to the host that owns the answer; "
+        "`promoter hosts list` shows that host's status"
+        if sent_by
+        else "promoter status says what is wrong"
+    )
     return ServerUnavailable(
-        f"cannot reach the promoter server at {url}: {exc}; promoter status says what is wrong",
+        f"cannot reach the promoter server at {url}: {exc}; {hint}",
         url=url,
         reason=str(exc),
     )

@@ -28,7 +28,7 @@ from promoter.errors import OwnedByOtherHost
 from promoter.git.head import read_head
 from promoter.git.layout import repo_env
 from promoter.git.runner import run_git
-from promoter.store import feed, journal, step_rows, witness
+from promoter.store import feed, hosts, journal, step_rows, witness
 from promoter.store.db import Database
 from promoter.store.witness import Witness as Witness  # what ``watch`` gives
 
@@ -64,6 +64,19 @@ def list_operations(
         if limit is None:
             return journal.list_operations(session, status=status, repository=repository)
         return journal.list_operations(session, status=status, repository=repository, limit=limit)
+
+
+def repository_known(db: Database, repository: str) -> bool:
+    """Whether ``repository`` (a name or an identity) is one a host of the ledger guards
+    or an operation names: a filter of the operations that could match one."""
+    with journal.unit_of_work(db) as session:
+        for host in hosts.all_hosts(session):
+            if (
+                repository in host.repositories
+                or repository in (host.repository_names or {}).values()
+            ):
+                return True
+        return bool(journal.list_operations(session, repository=repository, limit=1))
 
 
 def operation_summary(row: Operation) -> OperationSummary:

@@ -468,4 +468,26 @@ def test_lease_fences_only_move_forward(daemon: Daemon) -> None:
         assert (lower.status_code, lower.json()["code"]) == (409, "lease_fence_regression")
         same = orch.put("/v1/leases/wf_1/implement", json={**lease, "attempt": 2})
         assert (same.status_code, same.json()["code"]) == (409, "lease_conflict")
+        assert same.json()["differing"] == ["attempt"]
+        later = orch.put(
+            "/v1/leases/wf_1/implement", json={**lease, "expires_at": "2099-01-01T00:00:00Z"}
+        )
+        assert later.json()["differing"] == ["expires_at"]
+        assert later.json()["detail"] == (
+            "fence 7 is already set with other fields (expires_at): the lease of a fence "
+            "never changes; set the new one with a higher fence (--fence 8)"
+        )
         assert orch.put("/v1/leases/wf_1/implement", json={**lease, "fence": 8}).status_code == 200
+
+
+def test_an_operations_filter_naming_no_repository_is_refused_not_an_empty_list(
+    daemon: Daemon,
+) -> None:
+    with daemon.operator() as operator:
+        (guarded,) = operator.get("/v1/repositories").json()["repositories"]
+        for known in (guarded["name"], guarded["repository_identity"]):
+            listed = operator.get("/v1/operations", params={"repository": known})
+            assert (listed.status_code, listed.json()) == (200, {"operations": []})
+        typo = operator.get("/v1/operations", params={"repository": guarded["name"] + "x"})
+        assert (typo.status_code, typo.json()["code"]) == (404, "repository_unknown")
+        assert typo.json()["repository"] == guarded["name"] + "x"

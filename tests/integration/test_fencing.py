@@ -352,6 +352,37 @@ def test_a_killed_host_is_fenced_only_when_dead_and_b_recovers_its_promotion_exa
     _exact_new(ledger.repo)
 
 
+def test_a_handover_to_a_host_without_the_state_directory_says_so_not_421(
+    ledger: Ledger,
+) -> None:
+    """B guards the worktree but was started on a state directory of its own: the fenced
+    host's bundle is not there. Its recovery says what to do, and never sends the caller
+    to the fenced host (a stopped one would hold the request unanswered)."""
+    pause = Pause(ledger.tmp, "after_journal")
+    a = ledger.daemon("a", faults=pause.spec, env=SHORT_LEASE)
+    b = ledger.daemon("b", state=ledger.tmp / "state-b")
+    request = prepare_promotion(a, ledger.repo, CHANGES)
+    answer = _promote_in_background(a, request)
+    pause.reached()
+    operation_id = _operation_id(b)
+    a.kill()
+    answer["thread"].join()
+    _until_leases_expired(b, "host-a", operation_id)
+    assert _fence(b, "operator", "host-a", "host-b").status_code == 200
+    before = _listing(ledger.repo)
+
+    with b.client("operator") as operator:
+        refused = operator.post(f"/v1/operations/{operation_id}/recover", json={"fence": 7})
+        assert (refused.status_code, refused.json()["code"]) == (409, "not_recoverable")
+        assert "location" not in refused.headers
+        detail = refused.json()["detail"]
+        assert "state directory of host host-a" in detail
+        assert "replaces_host" in detail
+        still = operator.get(f"/v1/operations/{operation_id}").json()
+        assert (still["status"], still["owner"]["host"]) == ("needs_recovery", "host-b")
+    assert _listing(ledger.repo) == before
+
+
 @pytest.mark.parametrize("point", ["after_journal", "after_temps_journaled"])
 def test_a_fenced_host_that_returns_writes_nothing(ledger: Ledger, point: str) -> None:
     """A hung host (SIGSTOP) is fenced while stopped; continued, its attempt stops with

@@ -375,6 +375,12 @@ def test_gc_collects_the_recorded_daemons_blobs(tmp_path: Path) -> None:
         old = 1_000_000_000
         for data in (b"orphan", V1, V2):
             os.utime(blobs / sha(data)[:2] / sha(data), (old, old))
+        dry = gc("--dry-run")
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert dry.stderr == (
+            "examined 3 blobs; would remove 1 (6 B); snapshots not pruned (--dry-run)\n"
+        )
+        assert len(list(blobs.glob("*/*"))) == 3
         done = gc()
         assert done.returncode == 0, done.stdout + done.stderr
         assert done.stderr == (

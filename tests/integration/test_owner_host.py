@@ -11,6 +11,8 @@ one, else both daemons share one SQLite file.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,3 +83,26 @@ def test_host_b_names_host_a_for_its_bundle_and_operation(
         rolled = operator.post(f"/v1/operations/{op_id}/rollback")
         assert rolled.status_code == 200, rolled.text  # the owner still can
     assert (repo_a / "src/app.txt").read_bytes() == V1
+
+
+@pytest.mark.slow
+def test_a_followed_421_to_a_host_that_is_down_names_that_host_once(
+    hosts: tuple[DaemonProcess, DaemonProcess, Path],
+) -> None:
+    a, b, repo_a = hosts
+    bundle_id = prepare_promotion(a, repo_a, [("src/app.txt", V1, V2)])["bundle_id"]
+    a.kill()
+    token = b.state_dir / "credentials" / "orchestrator.token"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROMOTER_")}
+    argv = [sys.executable, "-m", "promoter.cli.main", "bundle", "show", bundle_id]
+    shown = subprocess.run(
+        [*argv, "--url", b.url, "--token-file", str(token)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert shown.returncode == 69, shown.stderr
+    assert f"cannot reach the promoter server at {a.url}: " in shown.stderr
+    assert shown.stderr.count(f"/v1/bundles/{bundle_id}") == 0

@@ -171,5 +171,20 @@ def test_an_invalid_setting_names_the_key_and_no_web_page(tmp_path: Path) -> Non
         "  Extra inputs are not permitted [type=extra_forbidden, input_value=1, input_type=int]\n"
         "outage_retry_seconds\n"
         "  Input should be a valid number, unable to parse string as a number "
-        "[type=float_parsing, input_value='five', input_type=str]"
+        "[type=float_parsing, input_value='five', input_type=str]\n"
+        f"unknown keys in {path}: repositories.a.approvel (did you mean "
+        "repositories.a.approval?) (docs/operator/config.md)"
+    )
+
+
+def test_a_mistyped_key_in_the_file_is_told_the_key_it_may_mean(tmp_path: Path) -> None:
+    """As a mistyped ``PROMOTER_*`` variable is: the file's typo names the closest key."""
+    path = tmp_path / "promoter.toml"
+    path.write_text('lock_timout = 3\n[repositories.a]\npath = "/a"\napprovel = "none"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    assert caught.value.detail.endswith(
+        f"\nunknown keys in {path}: lock_timout (did you mean lock_timeout?), "
+        "repositories.a.approvel (did you mean repositories.a.approval?) "
+        "(docs/operator/config.md)"
     )

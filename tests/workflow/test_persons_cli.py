@@ -11,11 +11,15 @@ for a person's approval, and an executor token changing the approval gate.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import stat
+import struct
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -373,3 +377,43 @@ def test_a_recorded_token_file_that_is_gone_is_named_and_listing_still_works(
     listed = person.cli("run", "--list")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.startswith("no sandboxes under ")
+
+
+def _at_terminal(person: Person, *args: str, columns: int = 80) -> str:
+    """What ``promoter ARGS`` shows on a terminal ``columns`` wide, its styles taken out."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in person.env().items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "promoter.cli.main", *args],
+        cwd=person.repo,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    shown = bytearray()
+    try:
+        while chunk := os.read(master, 65536):
+            shown += chunk
+    except OSError:  # EIO: the command ended and closed its terminal
+        pass
+    finally:
+        os.close(master)
+    assert proc.wait(timeout=300) == 0, shown.decode()
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode())
+
+
+def test_the_ids_a_list_shows_at_a_narrow_terminal_are_whole_to_copy(person: Person) -> None:
+    done = person.cli("run", "--unconfined", "--yes", "--", "sh", "-c", "echo a > src/a.py")
+    assert done.returncode == 0, done.stderr + done.stdout
+    operation = json.loads(person.cli("ops", "list", "--json").stdout)[0]
+    host = json.loads(person.cli("hosts", "list", "--json").stdout)[0]
+
+    listed = _at_terminal(person, "ops", "list")
+    assert f"│ {operation['operation_id']} │" in listed
+    assert "…" not in listed  # the rest folded onto more lines, never cut
+    hosts = _at_terminal(person, "hosts", "list")
+    assert f"│ {host['host_id']}" in hosts
+    assert "…" not in hosts

@@ -62,7 +62,7 @@ from promoter.engine.ports import (
     Reconciling,
     Records,
 )
-from promoter.errors import DatabaseUnavailable, ValidationFailed
+from promoter.errors import DatabaseUnavailable, RepositoryUnknown, ValidationFailed
 
 router = APIRouter(prefix="/v1")
 WAIT_SECONDS = 600.0
@@ -228,9 +228,11 @@ async def post_preflight(
         summary="List operations",
         description="Every operation, optionally filtered by `status` (one of the "
         "operation statuses; another word is `422 validation_failed`) and `repository` (a "
-        "name or identity).",
+        "name or identity; one no host of the ledger guards and no operation names is "
+        "`404 repository_unknown`).",
         tags=["operator"],
         roles=OPERATOR,
+        errors=["repository_unknown"],
         ok={
             200: Ok(
                 "the operations",
@@ -270,6 +272,13 @@ def list_operations(
         queries.operation_summary(r)
         for r in queries.list_operations(services.db, status=status, repository=repository)
     ]
+    if not items and repository and not queries.repository_known(services.db, repository):
+        # a typo is refused as the status is, never a filter that matches nothing
+        raise RepositoryUnknown(
+            f"no repository {repository!r} is guarded by a host of the ledger or named by "
+            "an operation; `promoter repos list` names the guarded ones",
+            repository=repository,
+        )
     return model_response(OperationList(operations=items))
 
 

@@ -157,9 +157,14 @@ def compare_and_set_lease(session: Session, workflow_id: str, stage: str, lease:
         if lease.fence == current.fence:
             if lease == current:
                 return False
+            asked, held = lease.wire(), current.wire()
+            differing = sorted(key for key in asked if asked[key] != held.get(key))
             raise LeaseConflict(
-                f"fence {lease.fence} is already set with other fields",
-                current=current.wire(),
+                f"fence {lease.fence} is already set with other fields "
+                f"({', '.join(differing)}): the lease of a fence never changes; set the new "
+                f"one with a higher fence (--fence {current.fence + 1})",
+                current=held,
+                differing=differing,
             )
     repo.put_lease(session, workflow_id, stage, lease)
     return True

@@ -50,7 +50,7 @@ from promoter.engine.ports import (
     Routing,
 )
 from promoter.engine.queries import guarded_here
-from promoter.errors import OperationUnknown, PromoterError
+from promoter.errors import NotRecoverable, OperationUnknown, OwnedByOtherHost, PromoterError
 from promoter.fs.aside import KeptEntry
 from promoter.fs.held import Directories
 from promoter.fs.root import Root
@@ -155,6 +155,22 @@ def recover(
         return _recover_body(services, operation_id, fence, role=role)
 
 
+def _bundle_elsewhere(operation_id: str, bundle_id: str, exc: OwnedByOtherHost) -> NotRecoverable:
+    """The refusal of a recovery this host owns whose bundle another host's state directory
+    holds: sending the caller there (421) could only end in ``host_fenced`` or, from a
+    stopped host, in no answer at all."""
+    host = exc.context.get("owner_host")
+    return NotRecoverable(
+        f"operation {operation_id} is this host's to recover, but its bundle {bundle_id} "
+        f"is in the state directory of host {host}, which this daemon does not use: "
+        f'restart it on that state directory with replaces_host = "{host}", then recover '
+        "again (docs/operator/many-hosts.md, Fencing a dead host)",
+        operation_id=operation_id,
+        bundle_id=bundle_id,
+        bundle_host=host,
+    )
+
+
 def _recover_body(
     services: Attempting, operation_id: str, fence: int, *, role: str = "orchestrator"
 ) -> str:
@@ -174,7 +190,10 @@ def _recover_body(
     if kind == OperationKind.RESTORE:
         return str(recover_restore(services, operation_id))
     assert bundle_id is not None and receipt is not None
-    evidence = recheck_evidence(services, bundle_id, receipt)
+    try:
+        evidence = recheck_evidence(services, bundle_id, receipt)
+    except OwnedByOtherHost as exc:  # handed over here, its bundle left on its old host
+        raise _bundle_elsewhere(operation_id, bundle_id, exc) from exc
     grant = evidence.grant
     with journal.unit_of_work(services.db) as session:
         check_recovery_lease(grant, fence, repo.get_lease(session, grant.workflow_id, grant.stage))
