@@ -20,8 +20,8 @@ import contextlib
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from promoter.cli.common import (
     console,
@@ -33,8 +33,12 @@ from promoter.cli.common import (
 )
 from promoter.cli.styled import Styled
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 __all__ = [
     "SUMMARY_PATHS",
+    "bundle_table",
     "diff_flags",
     "diff_summary",
     "diff_text",
@@ -73,16 +77,29 @@ def print_bundle(bundle: dict[str, Any], *, verbose: bool = False, paths: bool =
         for change in shown
     ]
     if shown and not print_plain_table(BUNDLE_COLUMNS, rows):
-        from rich.table import Table
-
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for column in BUNDLE_COLUMNS:
-            table.add_column(column, overflow="fold", no_wrap=True)
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
+        console.print(bundle_table(BUNDLE_COLUMNS, rows))
     if len(shown) < len(changes):
         console.print(f"  … and {len(changes) - len(shown)} more (--verbose lists every path)")
+
+
+def bundle_table(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> Table:
+    """The changes as rich prints them where the plain printer does not. On a terminal
+    narrower than the table, the path folds onto more lines and every other cell stays
+    whole: never `cre` for `create`, or a path cut short."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for k, column in enumerate(columns):
+        if column == "path":
+            table.add_column(column, overflow="fold")
+            continue
+        cells = [Text.from_markup(column), *(Text.from_markup(row[k]) for row in rows)]
+        widest = max(cell.cell_len for cell in cells)
+        table.add_column(column, overflow="fold", no_wrap=True, min_width=widest)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _state(state: dict[str, Any]) -> str:

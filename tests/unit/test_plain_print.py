@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from rich.markup import escape as rich_escape
 
-from promoter.cli import common
+from promoter.cli import bundle_view, common
 from promoter.cli.bundle_cmd import print_diff
 from promoter.cli.styled import Styled
 from promoter.executor.run import person
@@ -308,15 +308,41 @@ def test_the_diff_keeps_its_colours_on_a_terminal(
 
 
 def _rich_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """The table as ``print_bundle`` had rich print it."""
-    from rich.table import Table
+    """The table as ``print_bundle`` has rich print it."""
+    common.rich_console(stderr=False).print(bundle_view.bundle_table(columns, rows))
 
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in columns:
-        table.add_column(column, overflow="fold", no_wrap=True)
-    for row in rows:
-        table.add_row(*row)
-    common.rich_console(stderr=False).print(table)
+
+def test_a_narrow_terminal_folds_the_path_and_cuts_no_cell(
+    off_terminal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 60 columns the table once read `cre  src/very_long…/and_a_l  10`: the operation,
+    the path and the new state cut short. Every cell is whole now, the path folded."""
+    from rich.console import Console
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    screen = io.StringIO()
+    common._made[False] = Console(file=screen, width=60, force_terminal=True, color_system=None)
+    path = "src/very_long_directory_name_here_for_width/and_a_long_file_name.py"
+    new = {"exists": True, "mode": "100644", "bytes": 6}
+    bundle_view.print_bundle(
+        {
+            "bundle_id": "bnd_1",
+            "change_count": 1,
+            "total_bytes": 6,
+            "base_tree": "d2dec84e9d85" * 3,
+            "changes": [
+                {"operation": "create", "path": path, "old": {"exists": False}, "new": new}
+            ],
+        }
+    )
+    printed = screen.getvalue().splitlines()
+    lines = printed[next(k for k, line in enumerate(printed) if line.startswith("operation")) :]
+    assert all(len(line) <= 60 for line in lines)
+    assert lines[0].split() == ["operation", "path", "old", "new"]
+    assert lines[1].split()[0] == "create"
+    assert lines[1].rstrip().endswith("  -    100644 6 B")
+    column = lines[0].index("path")
+    assert "".join(line[column:].split(" ")[0] for line in lines[1:]) == path
 
 
 def _table_samples() -> list[tuple[tuple[str, ...], list[tuple[str, ...]]]]:
