@@ -162,7 +162,8 @@ def diff_stat(result: Mapping[str, Any]) -> Styled:
         flags = [flag for flag in f.get("flags") or [] if flag != "binary"]
         if f["binary"] or f.get("summarized"):
             kind = "binary" if f["binary"] else "summarized"
-            out.append(f"{kind}, {iec(f['old_bytes'] or 0)} -> {iec(f['new_bytes'] or 0)}")
+            old = _old_bytes(f, result["files"])
+            out.append(f"{kind}, {iec(old or 0)} -> {iec(f['new_bytes'] or 0)}")
         else:
             out.append(f"+{f['added']}", style="green")
             out.append(" ")
@@ -190,7 +191,7 @@ def diff_summary(result: Mapping[str, Any], hint: str = "") -> Styled:
         if f.get("renamed_to") is not None:
             continue  # its rename's line names it
         out.append(f" {_operation(f):<{ops}} {path:<{width}}  ")
-        out.append(f"{_size(f['old_bytes'])} -> {_size(f['new_bytes'])}, ")
+        out.append(f"{_size(_old_bytes(f, files))} -> {_size(f['new_bytes'])}, ")
         if f["binary"] or f.get("summarized"):
             out.append("binary" if f["binary"] else "summarized")
         elif f["added"] is not None:
@@ -217,6 +218,15 @@ def diff_summary(result: Mapping[str, Any], hint: str = "") -> Styled:
 def _operation(f: dict[str, Any]) -> str:
     """``rename`` for a file the diff pairs with the path it came from, else its operation."""
     return "rename" if f.get("rename_from") is not None else str(f["operation"])
+
+
+def _old_bytes(f: Mapping[str, Any], files: Iterable[Mapping[str, Any]]) -> int | None:
+    """The old side's size: for a rename the size of the path it came from, never the
+    created path's absent one (``- -> 250 B`` read as a new file)."""
+    came_from = f.get("rename_from")
+    sides = [f] if came_from is None else [g for g in files if g["path"] == came_from]
+    size: int | None = sides[0]["old_bytes"] if sides else None
+    return size
 
 
 def _shown_path(f: Mapping[str, Any]) -> str:

@@ -381,3 +381,39 @@ def test_plain_table_writes_what_rich_writes(off_terminal: None) -> None:
         "create     b         -               x             \n",
         True,
     )
+
+
+def _file(path: str, operation: str, old: int | None, new: int | None, **more: Any) -> Any:
+    return {
+        "path": path,
+        "path_shown": path,
+        "operation": operation,
+        "old_bytes": old,
+        "new_bytes": new,
+        "binary": False,
+        "summarized": False,
+        "added": 0,
+        "removed": 0,
+        "flags": [],
+        **more,
+    }
+
+
+def test_a_renames_summary_and_stat_give_the_size_it_came_from() -> None:
+    """`rename a → b (100 %)  - -> 250 B` read as a new file: the old size is a's."""
+    moved = {"rename_from": "src/old.txt", "rename_from_shown": "src/old.txt", "similarity": 100}
+    blob = {"rename_from": "a.bin", "rename_from_shown": "a.bin", "similarity": 100}
+    result = {
+        "files": [
+            _file("src/new.txt", "create", None, 250, **moved),
+            _file("src/old.txt", "delete", 250, None, renamed_to="src/new.txt"),
+            _file("b.bin", "create", None, 2048, binary=True, **blob),
+            _file("a.bin", "delete", 2048, None, binary=True, renamed_to="b.bin"),
+        ],
+        "unseen": [],
+    }
+    summary = bundle_view.diff_summary(result).plain
+    assert " rename src/old.txt → src/new.txt (100 %)  250 B -> 250 B, +0 -0\n" in summary
+    assert " rename a.bin → b.bin (100 %)              2.0 KiB -> 2.0 KiB, binary\n" in summary
+    stat = bundle_view.diff_stat(result).plain
+    assert " rename a.bin → b.bin (100 %)              binary, 2.0 KiB -> 2.0 KiB\n" in stat
