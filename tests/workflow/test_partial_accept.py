@@ -501,6 +501,7 @@ def test_ops_show_names_what_a_partial_approval_accepted_declined_and_derived(
         f"    the accepted part is operation {derived_id} (bundle {derived_bundle})\n"
         "    composed: src/text.txt (hunks 1,3)\n"
     ) in shown.stdout
+    assert "expected old" not in shown.stdout  # no empty table of the steps it never took
     assert shown.stdout.endswith(
         "next: Nothing of this operation was written as such; the accepted part is "
         f"operation {derived_id}: `promoter ops show {derived_id}`.\n"
