@@ -499,6 +499,10 @@ def test_run_at_a_terminal_lists_the_unseen_and_asks_for_them(gated: Gated, conf
     asked = text.index("Promote these changes into the worktree?")
     listed = text.index(f" ? {TAIL}: shown: none", asked)  # again, right at the question
     assert listed < text.index("Promote the 3 file(s) not shown in full", asked), text
+    (run,) = sandboxes.list_runs(daemon.state_dir)
+    reader = f"read one whole: promoter bundle diff {run.steps[0].bundle_id} --path PATH"
+    # the very bundle, never a BUNDLE to look up (the terminal may wrap the line)
+    assert reader in " ".join(text[asked:].split()), text
     if not confirm:
         assert code == NotConfirmed.exit_code, text
         assert tree_bytes(repo) == before

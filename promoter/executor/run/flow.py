@@ -809,7 +809,7 @@ def promote(
         run.move(current, RunStatus.PREFLIGHT_REFUSED, code=None if code is None else str(code))
         consent = drift.offer(preflight, record, current.bundle_id, person, gate=gate)
     else:
-        consent = person.approve(unseen or [], gate=gate())
+        consent = person.approve(unseen or [], gate=gate(), bundle=str(current.bundle_id))
     if consent is None:
         run.move(current, RunStatus.DECLINED)
         raise NotConfirmed(
