@@ -521,6 +521,54 @@ def test_run_at_a_terminal_lists_the_unseen_and_asks_for_them(gated: Gated, conf
     }
 
 
+def test_the_submitted_bundle_promoted_by_continue_asks_for_the_unseen_too(
+    gated: Gated,
+) -> None:
+    """`--continue RUN` without CMD promotes the bundle a declined step left submitted: its
+    cut diff's files are listed and confirmed as at the first question, never promoted
+    (or approved) unasked."""
+    daemon, repo, _ = gated
+    bwrap.required()
+    before = tree_bytes(repo)
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", *where, "--repo", "gated"]
+    first = [*argv, "--keep", "--", "sh", "-c", f"{FILL} && {TAIL_EDIT}"]
+    code, output = _answering(first, {}, [(b"Promote these changes into the worktree?", b"n\n")])
+    assert code == NotConfirmed.exit_code, output.decode(errors="replace")
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    again = [*argv[:-2], "--continue", record.run_id, "--keep"]
+    code, output = _answering(
+        again,
+        {},
+        [
+            (b"Promote these changes into the worktree?", b"y\n"),
+            (b"Promote the 3 file(s) not shown in full, as they are?", b"n\n"),
+        ],
+    )
+    text = output.decode(errors="replace")
+    assert code == NotConfirmed.exit_code, text
+    asked = text.index("Promote these changes into the worktree?")
+    assert text.index(f" ? {TAIL}: shown: none", asked) > asked, text
+    assert tree_bytes(repo) == before
+    code, output = _answering(
+        again,
+        {},
+        [
+            (b"Promote these changes into the worktree?", b"y\n"),
+            (b"Promote the 3 file(s) not shown in full, as they are?", b"y\n"),
+        ],
+    )
+    assert code == 0, output.decode(errors="replace")
+    assert (repo / TAIL).read_bytes() == TAIL_NEW
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    operation_id = record.steps[-1].operation_id
+    assert operation_id is not None
+    decision = next(
+        e for e in operation_view(daemon, operation_id)["events"] if e["kind"] == "decision"
+    )
+    assert decision["payload"]["seen"]["paths"] == ["docs/f0.md", "docs/f1.md", TAIL]
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """Debian's headless Chromium, or a skip (a failure under PROMOTER_REQUIRE_BROWSER=1)."""
