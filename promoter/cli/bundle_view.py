@@ -20,8 +20,8 @@ import contextlib
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from promoter.cli.common import (
     console,
@@ -33,8 +33,12 @@ from promoter.cli.common import (
 )
 from promoter.cli.styled import Styled
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 __all__ = [
     "SUMMARY_PATHS",
+    "bundle_table",
     "diff_flags",
     "diff_summary",
     "diff_text",
@@ -73,16 +77,29 @@ def print_bundle(bundle: dict[str, Any], *, verbose: bool = False, paths: bool =
         for change in shown
     ]
     if shown and not print_plain_table(BUNDLE_COLUMNS, rows):
-        from rich.table import Table
-
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for column in BUNDLE_COLUMNS:
-            table.add_column(column, overflow="fold", no_wrap=True)
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
+        console.print(bundle_table(BUNDLE_COLUMNS, rows))
     if len(shown) < len(changes):
         console.print(f"  … and {len(changes) - len(shown)} more (--verbose lists every path)")
+
+
+def bundle_table(columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> Table:
+    """The changes as rich prints them where the plain printer does not. On a terminal
+    narrower than the table, the path folds onto more lines and every other cell stays
+    whole: never `cre` for `create`, or a path cut short."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for k, column in enumerate(columns):
+        if column == "path":
+            table.add_column(column, overflow="fold")
+            continue
+        cells = [Text.from_markup(column), *(Text.from_markup(row[k]) for row in rows)]
+        widest = max(cell.cell_len for cell in cells)
+        table.add_column(column, overflow="fold", no_wrap=True, min_width=widest)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def _state(state: dict[str, Any]) -> str:
@@ -145,7 +162,8 @@ def diff_stat(result: Mapping[str, Any]) -> Styled:
         flags = [flag for flag in f.get("flags") or [] if flag != "binary"]
         if f["binary"] or f.get("summarized"):
             kind = "binary" if f["binary"] else "summarized"
-            out.append(f"{kind}, {iec(f['old_bytes'] or 0)} -> {iec(f['new_bytes'] or 0)}")
+            old = _old_bytes(f, result["files"])
+            out.append(f"{kind}, {iec(old or 0)} -> {iec(f['new_bytes'] or 0)}")
         else:
             out.append(f"+{f['added']}", style="green")
             out.append(" ")
@@ -173,7 +191,7 @@ def diff_summary(result: Mapping[str, Any], hint: str = "") -> Styled:
         if f.get("renamed_to") is not None:
             continue  # its rename's line names it
         out.append(f" {_operation(f):<{ops}} {path:<{width}}  ")
-        out.append(f"{_size(f['old_bytes'])} -> {_size(f['new_bytes'])}, ")
+        out.append(f"{_size(_old_bytes(f, files))} -> {_size(f['new_bytes'])}, ")
         if f["binary"] or f.get("summarized"):
             out.append("binary" if f["binary"] else "summarized")
         elif f["added"] is not None:
@@ -200,6 +218,15 @@ def diff_summary(result: Mapping[str, Any], hint: str = "") -> Styled:
 def _operation(f: dict[str, Any]) -> str:
     """``rename`` for a file the diff pairs with the path it came from, else its operation."""
     return "rename" if f.get("rename_from") is not None else str(f["operation"])
+
+
+def _old_bytes(f: Mapping[str, Any], files: Iterable[Mapping[str, Any]]) -> int | None:
+    """The old side's size: for a rename the size of the path it came from, never the
+    created path's absent one (``- -> 250 B`` read as a new file)."""
+    came_from = f.get("rename_from")
+    sides = [f] if came_from is None else [g for g in files if g["path"] == came_from]
+    size: int | None = sides[0]["old_bytes"] if sides else None
+    return size
 
 
 def _shown_path(f: Mapping[str, Any]) -> str:

@@ -217,7 +217,8 @@ def print_view(view: Mapping[str, Any]) -> None:
             _state(now.get("actual")),
             now.get("matches", "?"),
         )
-    console.print(table)
+    if view.get("steps"):  # an operation that wrote nothing has no table, not an empty one
+        console.print(table)
     drift = (view.get("report") or {}).get("drift_report") or {}
     for name, fact in (drift.get("repository") or {}).items():
         if not fact.get("ok", True):

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import typer.core
+from typer._click.core import Context  # typer's own click, which its commands use
 
 from promoter.cli.common import UrlOpt
 from promoter.cli.run_args import dispatch
@@ -157,6 +159,45 @@ def run(
     )
 
 
+class RunCommand(typer.core.TyperCommand):
+    """``run`` as typer parses it, with one hint: an unknown option after the command's
+    first word (``promoter run sh -c …``, the ``--`` left out) is the command's own, and
+    the error says where it goes."""
+
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
+        from typer._click.exceptions import NoSuchOption
+
+        given = list(args)  # the parser consumes the list it is handed
+        try:
+            return super().parse_args(ctx, args)
+        except NoSuchOption as exc:
+            valued = {
+                name
+                for param in self.params
+                if param.param_type_name == "option"
+                and not getattr(param, "is_flag", False)
+                and not getattr(param, "count", False)
+                for name in param.opts
+            }
+            word, k = None, 0
+            while k < len(given) and given[k].split("=")[0] not in ("--", exc.option_name):
+                if given[k] in valued:
+                    k += 2
+                    continue
+                if not given[k].startswith("-"):
+                    word = given[k]
+                    break
+                k += 1
+            if word is None:
+                raise
+            exc.message = (
+                f"No such option: {exc.option_name}. The command and its own options go "
+                f"after --: promoter run [OPTIONS] -- {word} {exc.option_name} ..."
+            )
+            exc.possibilities = None  # promoter's own options are not what was meant
+            raise
+
+
 def register(app: typer.Typer) -> None:
     """Attach ``run`` to the main app."""
-    app.command("run", help=HELP)(run)
+    app.command("run", help=HELP, cls=RunCommand)(run)

@@ -227,6 +227,15 @@ def _untouched_for(state_dir: Path, run_id: str) -> float:
     return time.time() - st.st_mtime if stat.S_ISREG(st.st_mode) else 0.0
 
 
+def _span(seconds: float) -> str:
+    """``a day``, ``7 days``, ``12 hours``: the wait before an unfinished sandbox goes."""
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            count = int(seconds // size)
+            return f"a {unit}" if count == 1 else f"{count} {unit}s"
+    return f"{int(seconds)} seconds"
+
+
 def prune(state_dir: Path, url: str, token: str | None, older_than: float) -> None:
     freed = 0
     removed = 0
@@ -235,8 +244,11 @@ def prune(state_dir: Path, url: str, token: str | None, older_than: float) -> No
         idle = _untouched_for(state_dir, record.run_id)
         if status in STILL_AT_THE_HOST:
             why = f"kept: last {shown(status)}"
-        elif status not in FINISHED and idle < max(older_than, ABANDONED_AFTER):
-            why = f"kept: last {shown(status)}, not abandoned yet"
+        elif status not in FINISHED and idle < (wait := max(older_than, ABANDONED_AFTER)):
+            why = (
+                f"kept: last {shown(status)}, untouched for less than {_span(wait)} "
+                f"(promoter run --remove {record.run_id} removes it now)"
+            )
         elif idle < older_than:
             why = "kept: newer than --older-than"
         elif pids := _live(home):

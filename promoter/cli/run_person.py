@@ -69,18 +69,25 @@ def _fresh_screen() -> None:
             termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
 
 
-def _approve_here(yes: bool, unseen: Sequence[Mapping[str, Any]], gate: str = "") -> Consent:
+def _approve_here(
+    yes: bool, unseen: Sequence[Mapping[str, Any]], gate: str = "", *, bundle: str = ""
+) -> Consent:
     """``"yes"`` (the flag), ``"asked"`` (confirmed at the terminal), or None (declined).
 
     When the diff shown was cut (``unseen``: the files it did not show in full), the
     person confirms those files too, listed again at the question
     (protocol: api#every-byte-reviewable). ``gate``: what a yes does under the approval
     gate, said in the question (the approval itself, or only the request)."""
-    return _approve_at(yes, unseen, stderr=False, gate=gate)
+    return _approve_at(yes, unseen, stderr=False, gate=gate, bundle=bundle)
 
 
 def _approve_at(
-    yes: bool, unseen: Sequence[Mapping[str, Any]], *, stderr: bool, gate: str = ""
+    yes: bool,
+    unseen: Sequence[Mapping[str, Any]],
+    *,
+    stderr: bool,
+    gate: str = "",
+    bundle: str = "",
 ) -> Consent:
     """``_approve_here`` with the questions on stderr when ``stderr`` (``--json``)."""
     if yes:
@@ -96,7 +103,8 @@ def _approve_at(
         return None
     if unseen:
         out = err_console if stderr else console
-        out.print(diff_unseen({"unseen": unseen}, "promoter bundle diff BUNDLE"), end="")
+        reader = f"promoter bundle diff {bundle or 'BUNDLE'}"  # the very bundle, to copy
+        out.print(diff_unseen({"unseen": unseen}, reader), end="")
         question = f"Promote the {len(unseen)} file(s) not shown in full, as they are?"
         return "asked" if _confirm(question, err=stderr) else None
     return "asked"
@@ -151,10 +159,12 @@ class TerminalPerson:
         if receipt is not None:
             print_receipt(receipt)
 
-    def approve(self, unseen: Sequence[Mapping[str, Any]], *, gate: str = "") -> Consent:
+    def approve(
+        self, unseen: Sequence[Mapping[str, Any]], *, gate: str = "", bundle: str = ""
+    ) -> Consent:
         if self.json:
-            return _approve_at(self.yes, unseen, stderr=True, gate=gate)
-        return _approve_here(self.yes, unseen, gate)
+            return _approve_at(self.yes, unseen, stderr=True, gate=gate, bundle=bundle)
+        return _approve_here(self.yes, unseen, gate, bundle=bundle)
 
     def agree(self, question: str, *, no_terminal: str) -> Consent:
         if self.yes:

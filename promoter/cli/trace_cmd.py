@@ -31,6 +31,7 @@ from promoter.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from promoter.client.sync import PromoterClient
     from promoter.domain import answers
 
 RepoOpt = Annotated[
@@ -50,7 +51,10 @@ def trace(
     paths: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Only these paths, as the file system names them (any bytes).",
+            help=(
+                "Only these paths, as the file system names them (any bytes); inside the "
+                "worktree relative to the current directory, as git takes them."
+            ),
             show_default=False,
         ),
     ] = None,
@@ -59,10 +63,7 @@ def trace(
     token_file: TokenFileOpt = None,
 ) -> None:
     """Which promotion receipts wrote each path of a commit; writes nothing."""
-    from promoter.domain.wirepath import from_disk
-
-    wire = [from_disk(path) for path in paths or []]
-    result = _trace(repo, commit, wire, url, token_file, staged=False)
+    result = _trace(repo, commit, paths or [], url, token_file, staged=False)
     if json_output:
         _print_json(result)
         return
@@ -132,13 +133,49 @@ def _trace(
     staged: bool,
 ) -> answers.TraceReport:
     from promoter.client.sync import PromoterClient
+    from promoter.domain.wirepath import from_disk
 
     with PromoterClient(server_url(url), read_token(token_file, url), timeout=120.0) as client:
         if repo is None:  # the guarded worktree the current directory is in, as run does
             from promoter.cli.run_start import infer_repository
 
             repo = infer_repository(client)
-        return client.trace(repo, commit, paths, staged=staged)
+        if paths:
+            paths = _from_here(client, repo, paths)
+        wire = [from_disk(path) for path in paths]
+        return client.trace(repo, commit, wire, staged=staged)
+
+
+def _from_here(client: PromoterClient, repo: str, paths: list[str]) -> list[str]:
+    """PATHs as git takes them: inside the repository's worktree, relative to the current
+    directory (``cd src && promoter trace HEAD app.py`` is ``src/app.py``); from
+    elsewhere, relative to the worktree's top, as given."""
+    import os
+    import posixpath
+
+    from promoter.executor.run.where import relative
+
+    worktrees = [str(r["worktree"]) for r in client.repositories() if r["name"] == repo]
+    try:
+        here = os.getcwd()
+    except OSError:  # the current directory was removed: nothing to be relative to
+        return paths
+    rel = relative(worktrees[0], here) if worktrees else None
+    if rel is None:
+        return paths
+    named: list[str] = []
+    for path in paths:
+        if posixpath.isabs(path):  # an absolute name inside the worktree: from its top
+            inside = relative(worktrees[0], posixpath.dirname(path))
+            named.append(
+                path if inside is None else posixpath.join(inside, posixpath.basename(path))
+            )
+            continue
+        joined = posixpath.normpath(posixpath.join(rel, path))
+        if joined == ".." or joined.startswith("../"):
+            raise typer.BadParameter(f"{path} is outside the worktree of {repo}")
+        named.append(joined)
+    return named
 
 
 def _print_json(result: answers.TraceReport) -> None:

@@ -102,7 +102,9 @@ def raise_for(response: Response) -> None:
         except TypeError:  # a class with a narrower constructor: keep code and detail
             error = cls(detail)
         raise error
-    snippet = response.text[:200].strip()
+    # one line, whatever the other server sent: a page's line breaks would print as lines
+    # of promoter's own message
+    snippet = " ".join(response.text[:200].split())
     raise PromoterError(
         f"{response.request.method} {response.request.url.path} answered "
         f"{response.status_code} without a problem document: {snippet}",

@@ -192,6 +192,31 @@ def test_inside_the_guarded_worktree_repo_may_be_left_out(
     )
 
 
+def test_paths_typed_in_a_subdirectory_are_relative_to_it_as_git_takes_them(
+    daemon: Daemon,
+    repo: Path,
+    history: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`cd src && promoter trace HEAD b.py` is src/b.py, never an `untouched` b.py at the top."""
+    git(repo, "commit", "-q", "-m", "the agents' work and mine")
+    from_top = _cli(
+        daemon, tmp_path, "trace", "HEAD", "src/b.py", "README.md", "--repo", "work", "--json"
+    )
+    monkeypatch.chdir(repo / "src")
+    here = _cli(daemon, tmp_path, "trace", "HEAD", "b.py", "../README.md", "--json")
+    assert here.exit_code == 0, (here.output, here.exception)
+    paths = [(item["path"], item["verdict"]) for item in json.loads(here.output)["paths"]]
+    assert paths == [("README.md", "untouched"), ("src/b.py", "promoted")]
+    assert json.loads(here.output) == json.loads(from_top.output)
+    named = _cli(daemon, tmp_path, "trace", "HEAD", "b.py", "--repo", "work", "--json")
+    assert [item["path"] for item in json.loads(named.output)["paths"]] == ["src/b.py"]
+    above = _cli(daemon, tmp_path, "trace", "HEAD", "../../x.py")
+    assert above.exit_code == 2
+    assert "../../x.py is outside the worktree of work" in above.output
+
+
 def test_an_unknown_commit_is_refused_and_nothing_is_written(
     daemon: Daemon, repo: Path, history: dict[str, str], tmp_path: Path
 ) -> None:

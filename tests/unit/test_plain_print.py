@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from rich.markup import escape as rich_escape
 
-from promoter.cli import common
+from promoter.cli import bundle_view, common
 from promoter.cli.bundle_cmd import print_diff
 from promoter.cli.styled import Styled
 from promoter.executor.run import person
@@ -308,15 +308,41 @@ def test_the_diff_keeps_its_colours_on_a_terminal(
 
 
 def _rich_table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """The table as ``print_bundle`` had rich print it."""
-    from rich.table import Table
+    """The table as ``print_bundle`` has rich print it."""
+    common.rich_console(stderr=False).print(bundle_view.bundle_table(columns, rows))
 
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for column in columns:
-        table.add_column(column, overflow="fold", no_wrap=True)
-    for row in rows:
-        table.add_row(*row)
-    common.rich_console(stderr=False).print(table)
+
+def test_a_narrow_terminal_folds_the_path_and_cuts_no_cell(
+    off_terminal: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 60 columns the table once read `cre  src/very_long…/and_a_l  10`: the operation,
+    the path and the new state cut short. Every cell is whole now, the path folded."""
+    from rich.console import Console
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    screen = io.StringIO()
+    common._made[False] = Console(file=screen, width=60, force_terminal=True, color_system=None)
+    path = "src/very_long_directory_name_here_for_width/and_a_long_file_name.py"
+    new = {"exists": True, "mode": "100644", "bytes": 6}
+    bundle_view.print_bundle(
+        {
+            "bundle_id": "bnd_1",
+            "change_count": 1,
+            "total_bytes": 6,
+            "base_tree": "d2dec84e9d85" * 3,
+            "changes": [
+                {"operation": "create", "path": path, "old": {"exists": False}, "new": new}
+            ],
+        }
+    )
+    printed = screen.getvalue().splitlines()
+    lines = printed[next(k for k, line in enumerate(printed) if line.startswith("operation")) :]
+    assert all(len(line) <= 60 for line in lines)
+    assert lines[0].split() == ["operation", "path", "old", "new"]
+    assert lines[1].split()[0] == "create"
+    assert lines[1].rstrip().endswith("  -    100644 6 B")
+    column = lines[0].index("path")
+    assert "".join(line[column:].split(" ")[0] for line in lines[1:]) == path
 
 
 def _table_samples() -> list[tuple[tuple[str, ...], list[tuple[str, ...]]]]:
@@ -355,3 +381,39 @@ def test_plain_table_writes_what_rich_writes(off_terminal: None) -> None:
         "create     b         -               x             \n",
         True,
     )
+
+
+def _file(path: str, operation: str, old: int | None, new: int | None, **more: Any) -> Any:
+    return {
+        "path": path,
+        "path_shown": path,
+        "operation": operation,
+        "old_bytes": old,
+        "new_bytes": new,
+        "binary": False,
+        "summarized": False,
+        "added": 0,
+        "removed": 0,
+        "flags": [],
+        **more,
+    }
+
+
+def test_a_renames_summary_and_stat_give_the_size_it_came_from() -> None:
+    """`rename a → b (100 %)  - -> 250 B` read as a new file: the old size is a's."""
+    moved = {"rename_from": "src/old.txt", "rename_from_shown": "src/old.txt", "similarity": 100}
+    blob = {"rename_from": "a.bin", "rename_from_shown": "a.bin", "similarity": 100}
+    result = {
+        "files": [
+            _file("src/new.txt", "create", None, 250, **moved),
+            _file("src/old.txt", "delete", 250, None, renamed_to="src/new.txt"),
+            _file("b.bin", "create", None, 2048, binary=True, **blob),
+            _file("a.bin", "delete", 2048, None, binary=True, renamed_to="b.bin"),
+        ],
+        "unseen": [],
+    }
+    summary = bundle_view.diff_summary(result).plain
+    assert " rename src/old.txt → src/new.txt (100 %)  250 B -> 250 B, +0 -0\n" in summary
+    assert " rename a.bin → b.bin (100 %)              2.0 KiB -> 2.0 KiB, binary\n" in summary
+    stat = bundle_view.diff_stat(result).plain
+    assert " rename a.bin → b.bin (100 %)              binary, 2.0 KiB -> 2.0 KiB\n" in stat

@@ -333,7 +333,7 @@ def test_promoter_run_confirmed_at_the_terminal_records_the_credential_and_the_u
     from promoter.cli import run_cmd, run_person
 
     daemon, repo, _ = gated
-    monkeypatch.setattr(run_person, "_approve_here", lambda yes, unseen, gate="": "asked")
+    monkeypatch.setattr(run_person, "_approve_here", lambda yes, unseen, gate="", **_: "asked")
     app = typer.Typer()
     run_cmd.register(app)
     app.command("noop")(lambda: None)

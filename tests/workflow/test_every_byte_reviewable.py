@@ -499,6 +499,10 @@ def test_run_at_a_terminal_lists_the_unseen_and_asks_for_them(gated: Gated, conf
     asked = text.index("Promote these changes into the worktree?")
     listed = text.index(f" ? {TAIL}: shown: none", asked)  # again, right at the question
     assert listed < text.index("Promote the 3 file(s) not shown in full", asked), text
+    (run,) = sandboxes.list_runs(daemon.state_dir)
+    reader = f"read one whole: promoter bundle diff {run.steps[0].bundle_id} --path PATH"
+    # the very bundle, never a BUNDLE to look up (the terminal may wrap the line)
+    assert reader in " ".join(text[asked:].split()), text
     if not confirm:
         assert code == NotConfirmed.exit_code, text
         assert tree_bytes(repo) == before
@@ -515,6 +519,54 @@ def test_run_at_a_terminal_lists_the_unseen_and_asks_for_them(gated: Gated, conf
         "all_seen": False,
         "paths": ["docs/f0.md", "docs/f1.md", TAIL],
     }
+
+
+def test_the_submitted_bundle_promoted_by_continue_asks_for_the_unseen_too(
+    gated: Gated,
+) -> None:
+    """`--continue RUN` without CMD promotes the bundle a declined step left submitted: its
+    cut diff's files are listed and confirmed as at the first question, never promoted
+    (or approved) unasked."""
+    daemon, repo, _ = gated
+    bwrap.required()
+    before = tree_bytes(repo)
+    where = ["--state-dir", str(daemon.state_dir), "--url", daemon.url]
+    argv = [sys.executable, "-m", "promoter.cli.main", "run", *where, "--repo", "gated"]
+    first = [*argv, "--keep", "--", "sh", "-c", f"{FILL} && {TAIL_EDIT}"]
+    code, output = _answering(first, {}, [(b"Promote these changes into the worktree?", b"n\n")])
+    assert code == NotConfirmed.exit_code, output.decode(errors="replace")
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    again = [*argv[:-2], "--continue", record.run_id, "--keep"]
+    code, output = _answering(
+        again,
+        {},
+        [
+            (b"Promote these changes into the worktree?", b"y\n"),
+            (b"Promote the 3 file(s) not shown in full, as they are?", b"n\n"),
+        ],
+    )
+    text = output.decode(errors="replace")
+    assert code == NotConfirmed.exit_code, text
+    asked = text.index("Promote these changes into the worktree?")
+    assert text.index(f" ? {TAIL}: shown: none", asked) > asked, text
+    assert tree_bytes(repo) == before
+    code, output = _answering(
+        again,
+        {},
+        [
+            (b"Promote these changes into the worktree?", b"y\n"),
+            (b"Promote the 3 file(s) not shown in full, as they are?", b"y\n"),
+        ],
+    )
+    assert code == 0, output.decode(errors="replace")
+    assert (repo / TAIL).read_bytes() == TAIL_NEW
+    (record,) = sandboxes.list_runs(daemon.state_dir)
+    operation_id = record.steps[-1].operation_id
+    assert operation_id is not None
+    decision = next(
+        e for e in operation_view(daemon, operation_id)["events"] if e["kind"] == "decision"
+    )
+    assert decision["payload"]["seen"]["paths"] == ["docs/f0.md", "docs/f1.md", TAIL]
 
 
 @pytest.fixture(scope="module")

@@ -164,6 +164,20 @@ def test_a_selection_outside_the_bundle_is_refused_and_nothing_changes(
     assert [op["operation_id"] for op in listed["operations"]] == [parent_id]
 
 
+def test_a_path_not_in_the_bundle_is_named_as_typed_never_as_a_list_repr(
+    gated: Gated,
+) -> None:
+    """The detail names the path in its wire form, once: a repr would double a backslash
+    and the person would copy the wrong name."""
+    daemon, repo, identity = gated
+    parent_id, _ = _five(daemon, repo, identity)
+    answer = _approve(daemon, parent_id, only=["src/m1.py", "src/a\\\\b.py", "src/z\u202e.py"])
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"] == (
+        "only names paths that are not in the bundle: src/a\\\\b.py, src/z<U+202E>.py"
+    )
+
+
 def test_a_selection_splitting_a_rename_is_refused(gated: Gated) -> None:
     daemon, repo, identity = gated
     moved = b"moved text\n"
@@ -178,6 +192,10 @@ def test_a_selection_splitting_a_rename_is_refused(gated: Gated) -> None:
     assert answer.status_code == 422, answer.text
     assert answer.json()["code"] == "selection_splits_pair"
     assert answer.json()["paths"] == ["docs/new.md", "docs/old.md"]
+    assert answer.json()["detail"] == (
+        "docs/new.md, docs/old.md are a rename (a delete and a create of the same bytes): "
+        "accept or decline them together"
+    )
     assert tree_bytes(repo) == before
     assert _view(daemon, parent_id)["status"] == "awaiting_approval"
     # kept together, the pair is accepted
@@ -483,6 +501,7 @@ def test_ops_show_names_what_a_partial_approval_accepted_declined_and_derived(
         f"    the accepted part is operation {derived_id} (bundle {derived_bundle})\n"
         "    composed: src/text.txt (hunks 1,3)\n"
     ) in shown.stdout
+    assert "expected old" not in shown.stdout  # no empty table of the steps it never took
     assert shown.stdout.endswith(
         "next: Nothing of this operation was written as such; the accepted part is "
         f"operation {derived_id}: `promoter ops show {derived_id}`.\n"

@@ -369,7 +369,7 @@ def test_a_refused_link_ends_its_step_refused_never_interrupted(
 ) -> None:
     """Links refused under ``--yes`` (and answered no at the terminal) end the step
     ``refused``: ``run --list`` names it so, never ``interrupted``, and ``--prune`` keeps
-    it as a refused step, not abandoned yet."""
+    it as a refused step, untouched for less than a day."""
     term = _run(daemon, repo, "ln -s ../../outside src/link", "--yes")
     assert term.finish() == 75, term.text()  # path_unsafe
     record = _record(daemon)
@@ -383,7 +383,8 @@ def test_a_refused_link_ends_its_step_refused_never_interrupted(
     )
     pruned = Terminal([*CLI, "run", "--prune", *where], repo, {})
     assert pruned.finish() == 0, pruned.text()
-    assert f"{record.run_id}  kept: last refused, not abandoned yet\n".encode() in pruned.plain
+    kept = f"{record.run_id}  kept: last refused, untouched for less than a day "
+    assert kept.encode() in pruned.plain
     assert os.readlink(Path(record.clone) / "src" / "link") == "../../outside"
     argv = [*CLI, "run", *where, "--continue", record.run_id, "--unconfined", "--keep"]
     again = Terminal([*argv, "--", "true"], repo, {"PAGER": "cat"})

@@ -111,3 +111,23 @@ def test_unconfined_with_a_confinement_flag_is_refused(
         f"(your permissions, environment and network); give one of them; nothing was made",
         "--unconfined", *flags,
     )  # fmt: skip
+
+
+def test_a_command_given_without_the_double_dash_is_told_where_its_options_go(
+    daemon: Daemon, repo: Path
+) -> None:
+    """`promoter run sh -c …` once answered only `No such option: -c`: the person is
+    told that the command and its options go after `--`; nothing is made."""
+    before = sorted(p.name for p in daemon.state_dir.iterdir())
+    result = _run(daemon, repo, "sh", "-c", "echo hi > x")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert (
+        "Error: No such option: -c. The command and its own options go after --: "
+        "promoter run [OPTIONS] -- sh -c ...\n"
+    ) in result.stderr
+    assert sandboxes.list_runs(daemon.state_dir) == []
+    assert sorted(p.name for p in daemon.state_dir.iterdir()) == before
+    assert not (repo / "x").exists()
+    # a typo in promoter's own option, before any command, keeps click's suggestion
+    typo = _run(daemon, repo, "--kep=1", "--", "true")
+    assert "No such option: --kep" in typo.stderr and "go after --" not in typo.stderr

@@ -118,12 +118,15 @@ def test_prune_removes_finished_and_abandoned_sandboxes_never_a_live_one(
     pruned = _run(daemon, "run", "--prune")
     assert pruned.exit_code == 0, pruned.output
     assert f"removed {finished.run_id} (last completed), freed" in pruned.stdout
-    assert f"{left.run_id}  kept: last declined, not abandoned yet" in pruned.stdout
+    assert (
+        f"{left.run_id}  kept: last declined, untouched for less than a day "
+        f"(promoter run --remove {left.run_id} removes it now)\n"
+    ) in pruned.stdout
     assert [r.run_id for r in sandboxes.list_runs(daemon.state_dir)] == [left.run_id]
 
     _age(daemon, left, 2 * 86400)
     young = _run(daemon, "run", "--prune", "--older-than", "3d")
-    assert f"{left.run_id}  kept: last declined, not abandoned yet" in young.stdout
+    assert f"{left.run_id}  kept: last declined, untouched for less than 3 days " in young.stdout
     worker = subprocess.Popen(["sleep", "600"], cwd=left.clone)
     try:
         live = _run(daemon, "run", "--prune", "--older-than", "1d")
@@ -273,7 +276,10 @@ def test_prune_and_list_name_a_failed_command_alike(daemon: Daemon, repo: Path) 
     assert "1 step(s), last command failed" in listed.stdout, listed.output
     pruned = _run(daemon, "run", "--prune")
     assert pruned.exit_code == 0, pruned.output
-    assert f"{record.run_id}  kept: last command failed, not abandoned yet\n" in pruned.stdout
+    assert (
+        f"{record.run_id}  kept: last command failed, untouched for less than a day "
+        f"(promoter run --remove {record.run_id} removes it now)\n"
+    ) in pruned.stdout
     assert "command_failed" not in pruned.stdout
     assert [r.run_id for r in sandboxes.list_runs(daemon.state_dir)] == [record.run_id]
     assert not (repo / "c").exists()

@@ -32,6 +32,7 @@ from typing import TypedDict
 from promoter.domain import hunks as hunk_math
 from promoter.domain.canonical import sha256_hex
 from promoter.domain.documents import canonical, sealed_bundle
+from promoter.domain.hidden import visible
 from promoter.domain.models import (
     Change,
     ComposedPath,
@@ -108,11 +109,17 @@ class Derived:
     blobs: dict[str, bytes]  # composed content to store, by sha256
 
 
+def _named(paths: Sequence[str]) -> str:
+    """Paths as the review shows them, one after another: never a list's repr, which
+    doubles a wire path's backslashes."""
+    return ", ".join(visible(p) for p in paths)
+
+
 def _unknown(paths: Sequence[str], known: set[str], what: str) -> None:
     missing = sorted({p for p in paths if p not in known})
     if missing:
         raise SelectionInvalid(
-            f"{what} names paths that are not in the bundle: {missing}", paths=missing
+            f"{what} names paths that are not in the bundle: {_named(missing)}", paths=missing
         )
 
 
@@ -136,7 +143,9 @@ def _choose(parent: PatchBundleV1, selection: Selection) -> tuple[list[str], lis
     _unknown(list(selection.hunks), known, "hunks")
     outside = sorted(p for p in selection.hunks if p not in accepted)
     if outside:
-        raise SelectionInvalid(f"hunks are chosen in declined paths: {outside}", paths=outside)
+        raise SelectionInvalid(
+            f"hunks are chosen in declined paths: {_named(outside)}", paths=outside
+        )
     if not accepted:
         raise SelectionInvalid("the selection accepts no path: reject the bundle instead")
     return [p for p in paths if p in accepted], [p for p in paths if p not in accepted]
@@ -149,8 +158,8 @@ def _pairs(parent: PatchBundleV1, accepted: set[str]) -> None:
         inside = [p for p in group if p in accepted]
         if inside and len(inside) != len(group):
             raise SelectionSplitsPair(
-                f"{group} are a rename (a delete and a create of the same bytes): accept or "
-                "decline them together",
+                f"{_named(group)} are a rename (a delete and a create of the same bytes): "
+                "accept or decline them together",
                 paths=group,
             )
 

@@ -809,7 +809,7 @@ def promote(
         run.move(current, RunStatus.PREFLIGHT_REFUSED, code=None if code is None else str(code))
         consent = drift.offer(preflight, record, current.bundle_id, person, gate=gate)
     else:
-        consent = person.approve(unseen or [], gate=gate())
+        consent = person.approve(unseen or [], gate=gate(), bundle=str(current.bundle_id))
     if consent is None:
         run.move(current, RunStatus.DECLINED)
         raise NotConfirmed(
@@ -897,8 +897,11 @@ def promote_submitted(
         outcome.bundle = bundle
         diff = orch.bundle_diff(current.bundle_id)
         person.review(bundle, diff, receipt.wire(), hint=None)
+        unseen = list(diff.get("unseen") or [])  # confirmed at the question, as a new step's
         try:
-            promote(orch, run, current, grant, receipt.receipt_sha256, person, outcome)
+            promote(
+                orch, run, current, grant, receipt.receipt_sha256, person, outcome, unseen=unseen
+            )
         except MergeConflict as exc:  # no credential here builds the rest: named, not asked
             rest.offer(exc, run, current, bundle, person, ask=False)
             raise

@@ -59,10 +59,13 @@ class Person(Protocol):
         """The bundle to decide on: its summary, its diff (``hint``: how to see the rest of a
         cut diff) and its verification receipt (a merged bundle: its diff only)."""
 
-    def approve(self, unseen: Sequence[Mapping[str, Any]], *, gate: str = "") -> Consent:
+    def approve(
+        self, unseen: Sequence[Mapping[str, Any]], *, gate: str = "", bundle: str = ""
+    ) -> Consent:
         """Promote what was shown? ``unseen``: the files the diff did not show in full,
-        confirmed as well (protocol: api#every-byte-reviewable); ``gate``: what a yes does
-        when the promotion is held for approval, said with the question."""
+        confirmed as well (protocol: api#every-byte-reviewable), ``bundle`` named in the
+        command that reads one whole; ``gate``: what a yes does when the promotion is held
+        for approval, said with the question."""
 
     def agree(self, question: str, *, no_terminal: str) -> Consent:
         """A yes/no question whose default is yes (``no_terminal``: said when nobody can be
