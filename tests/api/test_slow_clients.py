@@ -508,46 +508,20 @@ def test_a_client_waiting_for_100_continue_is_not_closed_for_a_dripping_one(
     head. The upload's route is held before it reads the body (``_Upload.open``,
     released by the test): the dripping one is closed to make room, and the upload,
     sent once ``100 Continue`` comes, is stored."""
-    reached, release = threading.Event(), threading.Event()
-    opened = blobs_routes._Upload.open
-
-    def held(upload: blobs_routes._Upload, limit: int, declared: int) -> None:
-        reached.set()
-        assert release.wait(PATIENCE), "the test never released the upload"
-        opened(upload, limit, declared)
-
-    monkeypatch.setattr(blobs_routes._Upload, "open", held)
+    reached, release = _held_upload(monkeypatch)
     blob = b"a blob sent after 100 Continue\n"
     with running_daemon(
         tmp_path / "state", {"work": repo}, max_connections=2, request_head_seconds=600
     ) as daemon:
         token = _executor_token(daemon.url, daemon.orchestrator_token)
         with _connect(daemon.url) as upload, _connect(daemon.url) as drip:
-            try:
-                upload.sendall(
-                    f"PUT /v1/blobs/sha256/{sha(blob)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    f"Authorization: Bearer {token}\r\nExpect: 100-continue\r\n"
-                    "Content-Type: application/octet-stream\r\n"
-                    f"Content-Length: {len(blob)}\r\n\r\n".encode()
-                )
-                assert reached.wait(PATIENCE), "the upload's route never started"
-                drip.sendall(HEAD[:1])  # the dripping one: heard after the upload's head
-                with _connect(daemon.url) as new:  # one past the cap: room made
-                    readable, _, _ = select.select([upload, drip], [], [], PATIENCE)
-                    assert readable == [drip], "the upload waiting for 100 Continue closed"
-                    assert _closed(drip) == b""
-                    new.sendall(HEAD + b"\r\n")
-                    assert _answer(new).startswith(b"HTTP/1.1 200 OK\r\n")
-            finally:
-                release.set()
-            interim = b""
-            while not interim.endswith(b"\r\n\r\n"):
-                chunk = upload.recv(1)
-                assert chunk, f"the upload closed before 100 Continue: {interim!r}"
-                interim += chunk
-            assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
-            upload.sendall(blob)
-            answer = _answer(upload)
+            upload.sendall(
+                f"PUT /v1/blobs/sha256/{sha(blob)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {token}\r\nExpect: 100-continue\r\n"
+                "Content-Type: application/octet-stream\r\n"
+                f"Content-Length: {len(blob)}\r\n\r\n".encode()
+            )
+            answer = _drip_closed_for_the_upload(daemon.url, upload, drip, (reached, release), blob)
             upload.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             scraped = _closed(upload)
     head, _, body = answer.partition(b"\r\n\r\n")
@@ -605,49 +579,23 @@ def test_a_pipelined_upload_waiting_for_100_continue_is_not_closed_to_make_room(
     here before it does): not a candidate, so at a cap of two a connection dripping its
     head is closed to make room, and the upload, sent after its ``100 Continue``, is
     stored."""
-    reached, release = threading.Event(), threading.Event()
-    opened = blobs_routes._Upload.open
-
-    def held(upload: blobs_routes._Upload, limit: int, declared: int) -> None:
-        reached.set()
-        assert release.wait(PATIENCE), "the test never released the upload"
-        opened(upload, limit, declared)
-
-    monkeypatch.setattr(blobs_routes._Upload, "open", held)
+    reached, release = _held_upload(monkeypatch)
     blob = b"a pipelined blob sent after 100 Continue\n"
     with running_daemon(
         tmp_path / "state", {"work": repo}, max_connections=2, request_head_seconds=600
     ) as daemon:
         token = _executor_token(daemon.url, daemon.orchestrator_token)
         with _connect(daemon.url) as upload, _connect(daemon.url) as drip:
-            try:
-                upload.sendall(
-                    HEAD
-                    + b"\r\n"
-                    + f"PUT /v1/blobs/sha256/{sha(blob)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    f"Authorization: Bearer {token}\r\nExpect: 100-continue\r\n"
-                    "Content-Type: application/octet-stream\r\n"
-                    f"Content-Length: {len(blob)}\r\n\r\n".encode()
-                )
-                assert _answer(upload).startswith(b"HTTP/1.1 200 OK\r\n")
-                assert reached.wait(PATIENCE), "the upload's route never started"
-                drip.sendall(HEAD[:1])  # the dripping one: heard after the upload's head
-                with _connect(daemon.url) as new:  # one past the cap: room made
-                    readable, _, _ = select.select([upload, drip], [], [], PATIENCE)
-                    assert readable == [drip], "the upload waiting for 100 Continue closed"
-                    assert _closed(drip) == b""
-                    new.sendall(HEAD + b"\r\n")
-                    assert _answer(new).startswith(b"HTTP/1.1 200 OK\r\n")
-            finally:
-                release.set()
-            interim = b""
-            while not interim.endswith(b"\r\n\r\n"):
-                chunk = upload.recv(1)
-                assert chunk, f"the upload closed before 100 Continue: {interim!r}"
-                interim += chunk
-            assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
-            upload.sendall(blob)
-            answer = _answer(upload)
+            upload.sendall(
+                HEAD
+                + b"\r\n"
+                + f"PUT /v1/blobs/sha256/{sha(blob)} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {token}\r\nExpect: 100-continue\r\n"
+                "Content-Type: application/octet-stream\r\n"
+                f"Content-Length: {len(blob)}\r\n\r\n".encode()
+            )
+            assert _answer(upload).startswith(b"HTTP/1.1 200 OK\r\n")
+            answer = _drip_closed_for_the_upload(daemon.url, upload, drip, (reached, release), blob)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 201 Created\r\n"), answer
     assert json.loads(body) == {"sha256": sha(blob), "bytes": len(blob), "created": True}
@@ -903,3 +851,50 @@ def test_a_client_reading_slowly_but_steadily_is_not_cut(unread: Daemon) -> None
     assert received.count(b"HTTP/1.1 200 OK\r\n") == 6
     assert took > 2 * DRAIN, took  # it did take longer than the bound
     assert _drain_closes(unread.url) == 'promoter_connections_closed_total{reason="drain"} 0.0'
+
+
+def _held_upload(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """A blob upload's route held before it reads the body (``_Upload.open``): the first
+    event is set once it is reached, the second releases it."""
+    reached, release = threading.Event(), threading.Event()
+    opened = blobs_routes._Upload.open
+
+    def held(upload: blobs_routes._Upload, limit: int, declared: int) -> None:
+        reached.set()
+        assert release.wait(PATIENCE), "the test never released the upload"
+        opened(upload, limit, declared)
+
+    monkeypatch.setattr(blobs_routes._Upload, "open", held)
+    return reached, release
+
+
+def _drip_closed_for_the_upload(
+    url: str,
+    upload: socket.socket,
+    drip: socket.socket,
+    route: tuple[threading.Event, threading.Event],
+    blob: bytes,
+) -> bytes:
+    """With ``upload``'s route held (``_held_upload``) at a cap of two: a head dripped on
+    ``drip``, then a new connection; the drip must be the one closed to make room, then the
+    upload gets its ``100 Continue`` and sends ``blob``. Its answer."""
+    reached, release = route
+    try:
+        assert reached.wait(PATIENCE), "the upload's route never started"
+        drip.sendall(HEAD[:1])  # the dripping one: heard after the upload's head
+        with _connect(url) as new:  # one past the cap: room made
+            readable, _, _ = select.select([upload, drip], [], [], PATIENCE)
+            assert readable == [drip], "the upload waiting for 100 Continue closed"
+            assert _closed(drip) == b""
+            new.sendall(HEAD + b"\r\n")
+            assert _answer(new).startswith(b"HTTP/1.1 200 OK\r\n")
+    finally:
+        release.set()
+    interim = b""
+    while not interim.endswith(b"\r\n\r\n"):
+        chunk = upload.recv(1)
+        assert chunk, f"the upload closed before 100 Continue: {interim!r}"
+        interim += chunk
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    upload.sendall(blob)
+    return _answer(upload)
