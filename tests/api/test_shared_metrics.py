@@ -16,6 +16,7 @@ from prometheus_client.multiprocess import mark_process_dead
 from promoter.api import metrics_dir
 from promoter.api.metrics import Metrics
 from promoter.store import state_temps
+from tests.support.fsutil import free_start_tick
 
 _WORKER = """
 import os
@@ -192,18 +193,6 @@ def test_a_leftover_named_as_this_daemon_s_own_never_refuses_a_start_in_a_shared
     assert mine.is_dir()  # its writer runs
 
 
-def _free_tick() -> str:
-    """A start time no process of the machine has, before this one's (none can get it)."""
-    starts = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            starts.add(state_temps._start_at(entry))
-        except OSError:  # ended meanwhile
-            continue
-    mine = int(state_temps._start_at("self"))
-    return next(str(tick) for tick in range(mine - 1, 0, -1) if str(tick) not in starts)
-
-
 def _left(root: Path, boot: str, pid: int, tick: str) -> Path:
     """A metrics directory as a daemon of ``boot``, ``pid`` and start ``tick`` names it,
     with a library file in it."""
@@ -221,7 +210,7 @@ def test_prepare_judges_a_leftover_by_its_daemon_s_start(tmp_path: Path) -> None
     mine_now = state_temps._start_at("self")
     for shared in (None, SHARED):
         root = tmp_path / str(shared is not None) / metrics_dir.ROOT
-        gone = _left(root, boot, me, _free_tick())  # an earlier daemon of this pid
+        gone = _left(root, boot, me, free_start_tick())  # an earlier daemon of this pid
         ticking = _left(root, boot, _dead_pid(), mine_now)  # a process runs at its tick
         booted = _left(root, other_boot, me, mine_now)
         live = _left(root, boot, me, mine_now)  # this very process

@@ -20,6 +20,7 @@ import pytest
 
 from promoter.store import state_temps
 from promoter.store.state_temps import PREFIX, sweep, temp_name
+from tests.support.fsutil import free_start_tick
 
 
 def _dead_writer_name() -> str:
@@ -33,14 +34,7 @@ def _gone_from_the_machine(name: str) -> str:
     """``name`` with a start time no process of the machine has (one before this one's,
     so none can have it later): a writer a shared directory's sweep proves gone, whatever
     else started in the same tick as the one that named it."""
-    starts = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            starts.add(state_temps._start_at(entry))
-        except OSError:  # ended meanwhile
-            continue
-    mine = int(state_temps._start_at("self"))
-    free = next(str(tick) for tick in range(mine - 1, 0, -1) if str(tick) not in starts)
+    free = free_start_tick()
     boot, pid, _, rest = name.removeprefix(PREFIX).split("-")
     return f"{PREFIX}{boot}-{pid}-{free}-{rest}"
 

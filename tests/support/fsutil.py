@@ -13,6 +13,7 @@ from promoter.domain.paths import temp_name
 from promoter.fs import group_sync
 from promoter.fs.chain import ExpectedState
 from promoter.fs.root import Root
+from promoter.store import state_temps
 
 MISSING = ExpectedState(False, None, None)
 
@@ -91,3 +92,17 @@ def skip_without_group_sync(directory: Path) -> None:
         os.close(fd)
     if why is not None:
         pytest.skip(f"an fsync per file here, no group syncfs: {why}")
+
+
+def free_start_tick() -> str:
+    """A process start time (clock ticks since boot) no process of the machine has, before
+    this one's, so none can have it later: a temp or metrics directory named with it is of
+    a writer a shared state directory's sweep proves gone (promoter.store.state_temps)."""
+    starts = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            starts.add(state_temps._start_at(entry))
+        except OSError:  # ended meanwhile
+            continue
+    mine = int(state_temps._start_at("self"))
+    return next(str(tick) for tick in range(mine - 1, 0, -1) if str(tick) not in starts)
