@@ -2,7 +2,8 @@
 
 Asks the daemon (``POST /v1/bundles/{id}/preflight``, protocol: promotion#preflight) to run
 authority, evidence and the read-back against the worktree as it is now, and prints one verdict per
-path. It writes nothing and changes nothing; a refusal exits with its code's exit status.
+path. It writes nothing and changes nothing; a refusal's reason is printed once, on stderr
+like every refusal's, and it exits with its code's exit status.
 """
 
 from __future__ import annotations
@@ -57,8 +58,6 @@ def preflight(
             reasons = "; ".join(item["reasons"])
             line = f"  {item['verdict']:<8} {shown_path(item['path'])}"
             console.print(line + (f"  ({escape(reasons)})" if reasons else ""))
-        if result["status"] != "passed" and result["detail"]:
-            console.print(f"  {escape(result['detail'])}")
     if result["status"] != "passed" and result["code"]:
         raise error_class(result["code"])(result["detail"] or "refused")
 

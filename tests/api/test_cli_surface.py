@@ -266,7 +266,8 @@ def test_preflight_refused_on_authority_shows_the_failed_check(
     daemon: Daemon, repo: Path, identity: str
 ) -> None:
     """A stale fence: the answer lists the authority check as failed (not ``checks: {}``),
-    and the CLI prints its ``check authority: failed`` line before the refusal."""
+    and the CLI prints its ``check authority: failed`` line; the refusal's reason once, on
+    stderr."""
     changes = [("src/app.py", b"print('v1')\n", b"print('v2')\n")]
     _, bundle, _ = submit(daemon, repo, identity, changes)
     with daemon.orchestrator() as orch:
@@ -285,6 +286,6 @@ def test_preflight_refused_on_authority_shows_the_failed_check(
     refused = run_cli("preflight", bundle["bundle_id"], "--fence", "6", env=env)
     assert refused.returncode == 75, refused.stdout + refused.stderr
     assert refused.stdout == (
-        f"preflight {bundle['bundle_id']}: refused\n  check authority: failed\n  {detail}\n"
+        f"preflight {bundle['bundle_id']}: refused\n  check authority: failed\n"
     )
     assert refused.stderr == f"error [lease_stale] {detail}\n"
