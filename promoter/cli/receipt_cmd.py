@@ -4,7 +4,8 @@ This module owns the commands' options and help. ``verify`` needs no server, no 
 and no state directory; what it checks and prints, and its exit codes, are
 ``promoter.cli.receipt_verify``'s (which a command line of the common shape reaches
 without typer: ``promoter.cli.quick_args``). ``fetch`` and ``keys`` only download bytes
-and write them unchanged; they check nothing.
+and write them unchanged (at a terminal a final newline follows them); they check
+nothing.
 
 Deliberately not here: reading public key files (``promoter.cli.trusted_keys``),
 checking signatures and hashes (``promoter.engine.receipts.signing``), and the chain's
@@ -176,6 +177,8 @@ def keys(out: OutOpt = None, url: UrlOpt = None) -> None:
 def _write(data: bytes, out: Path | None) -> None:
     if out is None:
         sys.stdout.buffer.write(data)
+        if sys.stdout.isatty() and not data.endswith(b"\n"):
+            sys.stdout.buffer.write(b"\n")  # the prompt on a line of its own; piped: exact
         sys.stdout.buffer.flush()
         return
     try:

@@ -417,3 +417,30 @@ def test_the_ids_a_list_shows_at_a_narrow_terminal_are_whole_to_copy(person: Per
     hosts = _at_terminal(person, "hosts", "list")
     assert f"│ {host['host_id']}" in hosts
     assert "…" not in hosts
+
+
+def test_fetched_bytes_end_a_line_at_a_terminal_and_stay_exact_when_piped(
+    person: Person, tmp_path: Path
+) -> None:
+    """At a terminal the prompt starts on a line of its own; piped or ``--out``, the bytes
+    are exactly the served ones."""
+    done = person.cli("run", "--unconfined", "--yes", "--", "sh", "-c", "echo a > src/a.py")
+    assert done.returncode == 0, done.stderr + done.stdout
+    operation = json.loads(person.cli("ops", "list", "--json").stdout)[0]["operation_id"]
+    for command in (("receipt", "keys"), ("receipt", "fetch", operation, "--dsse")):
+        saved = tmp_path / "served"
+        assert person.cli(*command, "--out", str(saved)).returncode == 0
+        served = saved.read_bytes()
+        assert served and not served.endswith(b"\n")
+        piped = subprocess.run(
+            [sys.executable, "-m", "promoter.cli.main", *command],
+            cwd=person.repo,
+            env=person.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=300,
+            check=True,
+        )
+        assert piped.stdout == served
+        shown = _at_terminal(person, *command)
+        assert shown == served.decode() + "\r\n"  # the terminal's ONLCR: "\n" shown as "\r\n"
