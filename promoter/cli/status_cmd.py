@@ -5,8 +5,9 @@ does (``promoter.cli.userconfig.resolve``), says where each came from, asks the 
 who the credential is (``GET /v1/whoami``: its role and name, never the token) and which
 repositories it guards with their approval setting, and says which of them the current
 directory is the worktree of. Anything wrong (nothing recorded, a configuration others can
-read, the daemon not answering, the credential refused) is printed as a ``problem:`` line
-with the next command, and the command exits with that problem's code.
+read, the daemon not answering, something else answering at its URL, the credential
+refused) is printed as a ``problem:`` line with the next command, and the command exits
+with that problem's code.
 
 Deliberately not here: changing anything. It only reads.
 """
@@ -62,6 +63,13 @@ def status(url: UrlOpt = None, token_file: TokenFileOpt = None) -> None:
         try:  # first: a daemon that does not answer is the problem, whatever the credential
             client.healthz()
         except PromoterError as exc:
+            if type(exc) is PromoterError and "server_code" not in exc.context:
+                _say(  # an answer that is no promoter's: a web server, another service
+                    f"problem: something answered at {escape(target.url)}, but it is not a "
+                    f"promoter daemon (HTTP {exc.context.get('http_status', '?')} to GET "
+                    "/healthz); check --url or PROMOTER_URL"
+                )
+                raise told(exc) from None
             why = str(exc.context.get("reason") or exc.detail)  # without the status hint
             _say(
                 f"problem: the daemon does not answer at {escape(target.url)}: {escape(why)}; "

@@ -245,7 +245,13 @@ class Transport(Closing):
         try:
             body = response.json()
         except ValueError as exc:
-            raise PromoterError(f"{method} {path} answered with a body that is not JSON") from exc
+            raise PromoterError(
+                f"{method} {path} answered with a body that is not JSON",
+                http_status=response.status_code,
+            ) from exc
         if not isinstance(body, dict):
-            raise PromoterError(f"{method} {path} answered with JSON that is not an object")
+            raise PromoterError(
+                f"{method} {path} answered with JSON that is not an object",
+                http_status=response.status_code,
+            )
         return body

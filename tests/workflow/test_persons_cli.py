@@ -163,6 +163,42 @@ def test_status_with_a_url_nothing_listens_at_says_so_before_the_credential(
     assert "error [" not in result.stderr
 
 
+@pytest.mark.parametrize("answer", [404, 200])
+def test_status_at_a_url_where_something_else_answers_says_it_is_not_promoter(
+    person: Person, answer: int
+) -> None:
+    """A web server at the URL (a 404 page, or a page served for every path) is not a
+    daemon that does not answer: one line says what answered."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(answer)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<html><body>\n<h1>Not promoter</h1>\n</body></html>\n")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Page) as server:
+        thread = threading.Thread(target=server.serve_forever)
+        thread.start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            result = person.cli("status", "--url", url)
+        finally:
+            server.shutdown()
+            thread.join()
+    assert result.returncode != 0
+    assert result.stdout.splitlines()[2:] == [
+        f"problem: something answered at {url}, but it is not a promoter daemon "
+        f"(HTTP {answer} to GET /healthz); check --url or PROMOTER_URL"
+    ]
+    assert "error [" not in result.stderr
+
+
 def test_a_command_that_cannot_reach_the_daemon_names_promoter_status(
     person: Person,
 ) -> None:
