@@ -576,6 +576,11 @@ class Prepared:
         self._own = own  # the stem, when it was started here
         self._done = False
 
+    @property
+    def procs_limit(self) -> str:
+        """What limits its processes (as ``Outcome.procs_limit``), known before it starts."""
+        return self._stem.kind
+
     def __enter__(self) -> Prepared:
         return self
 

@@ -231,6 +231,21 @@ def test_agent_scroll_region_cannot_hide_the_review(
     assert after == before
 
 
+def test_the_confinement_is_named_before_the_command_starts(
+    daemon: Daemon, repo: Path, terminal: list[PersonTerminal]
+) -> None:
+    """``confined by bubblewrap; processes limited by …`` follows ``running CMD in DIR``
+    and comes before the command's first word, not after its last."""
+    bwrap.required()
+    script = "printf '%s-%s\\n' the-agent speaks; echo new > src/new.py"
+    term = _start(terminal, daemon, "--repo", "work", "--yes", "--", "sh", "-c", script)
+    assert term.finish() == 0, bytes(term.raw[-3000:]).decode("utf-8", "replace")
+    shown = bytes(term.raw)
+    running = shown.index(b"running")
+    confined = shown.index(b"confined by bubblewrap; processes limited by ")
+    assert running < confined < shown.index(b"the-agent-speaks")
+
+
 def test_keystrokes_reach_an_interactive_command_through_its_own_terminal(
     daemon: Daemon,
     repo: Path,

@@ -427,10 +427,10 @@ class _Command:
         if url != self.url:  # a 421 followed: the relay and the variables are the owner's
             self._prepared.close()
             self._prepared, self.url = self._prepare(url, None), url
+        limit = self._prepared.procs_limit
+        self.person.say(f"confined by bubblewrap; processes limited by {limit}")
         step_env = {k: env[k] for k in confine.STEP_ENV}
-        outcome = self._prepared.run(step_env, timeout)
-        self.person.say(f"confined by bubblewrap; processes limited by {outcome.procs_limit}")
-        return outcome.returncode
+        return self._prepared.run(step_env, timeout).returncode
 
 
 # inside $'…': a backslash and a quote escaped, a newline, tab and CR written as \n \t \r
