@@ -19,6 +19,7 @@ started while a transaction that checked the epoch is open waits for its commit.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ from promoter.client.wire import tls_context
 from promoter.engine.fencing import Registration, guard
 from promoter.engine.operation.rollback import rollback_id
 from promoter.errors import HostFenced
-from promoter.store import hosts
+from promoter.store import hosts, write_queue
 from promoter.store.db import Database
 from tests.support.flows import init_repo
 from tests.support.pause import Pause
@@ -181,20 +182,32 @@ def _until_leases_expired(daemon: DaemonProcess, host: str, operation_id: str) -
 
 @contextlib.contextmanager
 def _writers_held(url: str) -> Iterator[None]:
-    """The ledger held against writers while the block runs: on SQLite its write lock, on
-    PostgreSQL the tables a fence writes, locked in EXCLUSIVE mode (which waits for every
-    transaction that wrote them, or holds a host's row shared, to end). Inside the block no
-    daemon is in the middle of such a transaction."""
+    """The ledger held against writers while the block runs: on SQLite the writers' queue
+    and its write lock, on PostgreSQL the tables a fence writes, locked in EXCLUSIVE mode
+    (which waits for every transaction that wrote them, or holds a host's row shared, to
+    end). Inside the block no daemon is in the middle of such a transaction, nor holds the
+    queue while it waits for one."""
     if url.startswith("sqlite"):
-        connection = sqlite3.connect(
-            url.removeprefix("sqlite:///"), timeout=60, isolation_level=None
-        )
+        path = url.removeprefix("sqlite:///")
+        # the writers' queue first (promoter.store.write_queue): a writer stopped holding it
+        # while it waited for SQLite's lock would keep every other writer out
+        queue = os.open(path + write_queue.SUFFIX, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        connection = sqlite3.connect(path, timeout=60, isolation_level=None)
         try:
+            deadline = time.monotonic() + 60  # as SQLite's own wait below
+            while True:  # polling a lock a writer holds for a transaction, not pacing
+                try:
+                    fcntl.flock(queue, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "the writers' queue was never free"
+                    time.sleep(0.005)
             connection.execute("BEGIN IMMEDIATE")
             yield
             connection.execute("ROLLBACK")
         finally:
             connection.close()
+            os.close(queue)
         return
     database = Database(url, 60.0)
     with database.session() as session:
