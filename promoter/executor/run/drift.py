@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from promoter.client.sync import PromoterClient
-from promoter.domain.hidden import visible
+from promoter.domain.hidden import one_line, visible
 from promoter.errors import (
     ConfigError,
     MergeConflict,
@@ -146,7 +146,7 @@ def _conflict(
         _write_marked(target, str(item["merged_text"]))
         cut = " (cut: the text is longer)" if item.get("truncated") else ""
         person.say(
-            f"conflict: {escape(visible(str(item['path'])))}: {item.get('conflicts')} conflicting "
+            f"conflict: {escape(one_line(str(item['path'])))}: {item.get('conflicts')} conflicting "
             f"hunk(s); both edits with markers in {escape(str(target))}{cut}"
         )
         written.append(str(item["path"]))
@@ -166,7 +166,7 @@ def _unsupported(exc: MergeUnsupported, person: Person) -> None:
             for name in ("old", "current", "new")
         )
         person.say(
-            f"not merged: {escape(visible(str(item['path'])))}: {escape(item.get('reason') or '')}"
+            f"not merged: {escape(one_line(str(item['path'])))}: {escape(item.get('reason') or '')}"
         )
         person.say(f"  {escape(sides)}")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from promoter.domain.hidden import one_line
 from promoter.errors import ConfigError, PathUnsafe, PromoterError, VerificationFailed
 from promoter.executor.run.person import Person, escape
 
@@ -65,7 +66,7 @@ def _explain(links: list[dict[str, Any]], grant: Grant, run: Run, person: Person
     for item in links:
         target = f" -> {item['target']!r}" if item.get("target") is not None else ""
         person.say(
-            f"refused link: {escape(str(item['path']))}{escape(target)}: "
+            f"refused link: {escape(one_line(str(item['path'])))}{escape(one_line(target))}: "
             f"{escape(str(item.get('reason')))}"
         )
     again = run.options(but="--symlinks")  # the step's others, as it was given them

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from promoter.domain.hidden import visible
+from promoter.domain.hidden import one_line
 from promoter.errors import MergeConflict, PathUnsafe
 from promoter.executor.run.person import Person, escape
 
@@ -45,9 +45,9 @@ def conflicted(exc: MergeConflict) -> list[str]:
 
 
 def _listed(paths: Sequence[str]) -> str:
-    """``paths`` as words: the first three (their hidden characters shown), then how many
-    more."""
-    named = ", ".join(map(visible, paths[:3]))
+    """``paths`` as words: the first three (their hidden characters and line breaks
+    shown), then how many more."""
+    named = ", ".join(map(one_line, paths[:3]))
     return named + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
 
 
